@@ -1,0 +1,68 @@
+"""The connection to the Docker engine, shared by every sandbox of the process.
+
+The Docker SDK is synchronous; its calls run on a dedicated thread pool (asyncio's
+default pool has only cpu+4 threads, which would serialise a benchmark's container
+starts). The hot path, commands in the shell, does not use it: it goes over the
+attach stream (see channel.py).
+"""
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Optional, TypeVar
+
+from .base import SandboxError
+
+T = TypeVar("T")
+
+DEFAULT_SOCKET = "unix:///var/run/docker.sock"
+POOL_SIZE = 64
+
+_lock = threading.Lock()
+_api = None
+_pool: Optional[ThreadPoolExecutor] = None
+
+
+def docker_host() -> str:
+    return os.environ.get("DOCKER_HOST") or DEFAULT_SOCKET
+
+
+def api():
+    """The process-wide low-level Docker client (docker.APIClient)."""
+    global _api
+    with _lock:
+        if _api is None:
+            import docker
+
+            try:
+                client = docker.APIClient(base_url=docker_host(), version="auto", max_pool_size=POOL_SIZE,
+                                          timeout=600)
+            except Exception as e:  # DockerException: engine down, socket missing, no permission
+                raise SandboxError(
+                    f"cannot reach the Docker engine at {docker_host()}: {e}. Is dockerd running "
+                    "(`dockerd &`, or `bash scripts/setup.sh` in a checkout)?") from e
+            _api = client
+        return _api
+
+
+def _executor() -> ThreadPoolExecutor:
+    global _pool
+    with _lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=POOL_SIZE, thread_name_prefix="insandbox-docker")
+        return _pool
+
+
+async def call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Run a blocking SDK call on the docker thread pool."""
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(_executor(), functools.partial(fn, *args, **kwargs))
+
+
+def is_not_found(exc: BaseException) -> bool:
+    import docker.errors
+
+    return isinstance(exc, docker.errors.NotFound)

@@ -1,0 +1,384 @@
+"""The process that runs inside every sandbox container, as its PID 1.
+
+The host starts the container with a tiny bootstrap (``BOOTSTRAP``) that reads this
+file's source from stdin and executes it, so the server always matches the host's
+version and needs nothing in the image but ``python3`` (3.6 or newer) and ``bash``.
+The host then speaks newline-delimited JSON over the container's stdin/stdout:
+
+    -> {"id": 1, "op": "run", "cmd": "cd /tmp", "timeout": 120, "limit": 16000}
+    <- {"id": 1, "ok": true, "output": "", "exit_code": 0, "timed_out": false, ...}
+
+Why a server: one ``docker exec`` costs ~100 ms, and a fresh ``bash -c`` per command
+forgets ``cd`` and ``export``. Here one bash lives for the whole run; each command is
+written to a file and ``source``d in it, so any bytes work (no quoting) and shell
+state persists like in a terminal.
+
+Why PID 1: the kernel ignores signals with default action sent to a namespace's init,
+so ``pkill python`` or ``kill -9 1`` from the model cannot take the server down. As
+PID 1 it also reaps orphaned processes. When the host goes away, stdin reaches EOF
+(the container is created with StdinOnce) and the server exits, stopping the
+container, so a killed host leaves no running sandbox behind.
+
+Standard library only; keep it compatible with old Pythons (no walrus, no 3.8+ APIs).
+"""
+import codecs
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+
+BOOTSTRAP = "import sys,json;exec(json.loads(sys.stdin.readline()))"
+STATE_DIR = "/run/insandbox"
+MARKER_VAR = "INSANDBOX_CMD_ID"  # exported per command; marks its process tree
+KILL_GRACE_S = 2.0  # after killing a timed-out tree, how long bash gets to return
+
+
+class Collector(object):
+    """Decodes command output as it streams and keeps at most `limit` characters:
+    the whole text while it fits, else its head and tail, so a 20 MB line costs
+    nothing but CPU and never crosses the channel."""
+
+    def __init__(self, limit):
+        self.limit = max(int(limit), 200)
+        self.head_keep = self.limit // 2
+        self.tail_keep = self.limit - self.head_keep
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.head = []
+        self.head_len = 0
+        self.tail = ""
+        self.chars = 0
+        self.bytes = 0
+        self.clipped = False
+
+    def feed(self, data, final=False):
+        self.bytes += len(data)
+        text = self.decoder.decode(data, final)
+        if not text:
+            return
+        self.chars += len(text)
+        if not self.clipped:
+            self.head.append(text)
+            self.head_len += len(text)
+            if self.head_len <= self.limit:
+                return
+            whole = "".join(self.head)
+            self.head = [whole[:self.head_keep]]
+            self.tail = whole[self.head_keep:][-self.tail_keep:]
+            self.clipped = True
+            return
+        self.tail += text
+        if len(self.tail) > 4 * self.tail_keep:
+            self.tail = self.tail[-self.tail_keep:]
+
+    def result(self):
+        """(head, tail, cut): the text is head + tail with `cut` characters missing
+        between them; tail is "" and cut 0 when everything fit."""
+        self.feed(b"", final=True)
+        if not self.clipped:
+            return "".join(self.head), "", 0
+        tail = self.tail[-self.tail_keep:]
+        return "".join(self.head), tail, self.chars - self.head_keep - len(tail)
+
+
+def read_proc(pid, name):
+    try:
+        with open("/proc/%d/%s" % (pid, name), "rb") as f:
+            return f.read()
+    except (IOError, OSError):
+        return None
+
+
+def process_table():
+    """pid -> (ppid, state) for every live process."""
+    table = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        stat = read_proc(int(entry), "stat")
+        if not stat:
+            continue
+        # the command name is in parentheses and may itself contain spaces or ')'
+        fields = stat[stat.rfind(b")") + 2:].split()
+        table[int(entry)] = (int(fields[1]), fields[0].decode())
+    return table
+
+
+def descendants(table, roots):
+    children = {}
+    for pid, (ppid, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    found, todo = set(), list(roots)
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+class Shell(object):
+    """One persistent bash. stdout and stderr share a pipe (interleaved as in a
+    terminal); bash reports each command's end on a separate control pipe."""
+
+    def __init__(self, cwd=None):
+        self.out_r, out_w = os.pipe()
+        self.ctl_r, ctl_w = os.pipe()
+        self.ctl_w = ctl_w
+
+        def child_setup():
+            # SIG_IGN is inherited across exec; give the model's programs normal signals.
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            # Under the memory limit, the OOM killer should pick the model's work, not us.
+            try:
+                with open("/proc/self/oom_score_adj", "w") as f:
+                    f.write("500")
+            except (IOError, OSError):
+                pass
+
+        env = dict(os.environ)
+        env.update({"PAGER": "cat", "GIT_PAGER": "cat", "MANPAGER": "cat", "TERM": "dumb",
+                    "PYTHONUNBUFFERED": "1", "DEBIAN_FRONTEND": "noninteractive"})
+        self.proc = subprocess.Popen(
+            ["bash", "--noprofile", "--norc"], stdin=subprocess.PIPE, stdout=out_w, stderr=out_w,
+            pass_fds=(ctl_w,), cwd=cwd if cwd and os.path.isdir(cwd) else None, env=env,
+            preexec_fn=child_setup, close_fds=True)
+        os.close(out_w)
+        os.close(ctl_w)
+        os.set_blocking(self.out_r, False)
+        self.ctl_buf = b""
+        self.ctl_eof = False
+        self.cwd = cwd or os.getcwd()
+
+    def send(self, line):
+        self.proc.stdin.write(line.encode() + b"\n")
+        self.proc.stdin.flush()
+
+    def close(self):
+        for fd in (self.out_r, self.ctl_r):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        try:
+            self.proc.kill()
+            self.proc.wait()
+        except OSError:
+            pass
+
+
+class Server(object):
+    def __init__(self):
+        self.shell = None
+        self.count = 0
+        self.out = sys.stdout.buffer if hasattr(sys.stdout, "buffer") else sys.stdout
+        if not os.path.isdir(STATE_DIR):
+            os.makedirs(STATE_DIR)
+
+    # ---------------------------------------------------------------- shell runs
+    def start_shell(self, cwd=None, restore=False):
+        self.shell = Shell(cwd)
+        if restore:  # bring back exported variables and functions of the lost shell
+            state = os.path.join(STATE_DIR, "state.sh")
+            self.shell.send("source %s >/dev/null 2>&1; true" % state)
+
+    def run(self, req):
+        cmd = req.get("cmd", "")
+        timeout = float(req.get("timeout") or 120)
+        collector = Collector(req.get("limit") or 16000)
+        if self.shell.proc.poll() is not None:  # died between commands (e.g. `kill $$ &`)
+            self.restart_shell(self.shell)
+        self.count += 1
+        n = self.count
+        if not os.path.isdir(STATE_DIR):
+            os.makedirs(STATE_DIR)
+        path = os.path.join(STATE_DIR, "cmd.sh")
+        with open(path, "wb") as f:
+            f.write(cmd.encode("utf-8", "surrogateescape"))
+        sh = self.shell
+        # `source` keeps cd/export/functions; stdin is /dev/null so nothing waits for input;
+        # the control fd is closed for the command so background jobs do not inherit it.
+        line = ("export %s=%d; source %s < /dev/null %d>&-; __isb_rc=$?; "
+                "{ export -p; declare -f; } > %s/state.sh 2>/dev/null; "
+                "printf '%%s %%s\\0' \"$__isb_rc\" \"$PWD\" >&%d"
+                % (MARKER_VAR, n, path, sh.ctl_w, STATE_DIR, sh.ctl_w))
+        try:
+            sh.send(line)
+        except (IOError, OSError):  # bash vanished just now: one fresh shell, one retry
+            self.restart_shell(sh)
+            sh = self.shell
+            sh.send(line)
+        start = time.time()
+        deadline = start + timeout
+        result = {"timed_out": False, "shell_restarted": False, "exit_code": None}
+        done = self.wait_done(sh, collector, deadline)
+        if done is None:  # timed out: kill the command's processes, keep the shell if we can
+            result["timed_out"] = True
+            self.kill_command(sh, n)
+            done = self.wait_done(sh, collector, time.time() + KILL_GRACE_S)
+            if done is None:  # bash itself is busy (e.g. `while true; do :; done`)
+                self.restart_shell(sh)
+                result["shell_restarted"] = True
+        if done == "died":
+            rc = sh.proc.wait()
+            result["exit_code"] = rc if rc >= 0 else 128 - rc  # killed by signal N -> 128+N
+            result["shell_exited"] = True
+            self.restart_shell(sh)
+            result["shell_restarted"] = True
+        elif isinstance(done, tuple):
+            result["exit_code"], sh.cwd = done
+        result["duration_s"] = round(time.time() - start, 6)
+        result["output"], result["output_tail"], result["cut_chars"] = collector.result()
+        result["total_chars"] = collector.chars
+        result["total_bytes"] = collector.bytes
+        result["cwd"] = self.shell.cwd
+        return result
+
+    def wait_done(self, sh, collector, deadline):
+        """Stream output until bash reports the end of the command.
+        Returns (exit_code, cwd), "died" when bash exited, or None at the deadline."""
+        while True:
+            if b"\0" in sh.ctl_buf:
+                msg, sh.ctl_buf = sh.ctl_buf.split(b"\0", 1)
+                self.drain(sh, collector)
+                rc, cwd = msg.decode("utf-8", "surrogateescape").split(" ", 1)
+                return int(rc), cwd
+            if sh.ctl_eof:
+                self.drain(sh, collector)
+                return "died"
+            remaining = deadline - time.time()
+            if remaining <= 0:
+                self.drain(sh, collector)
+                return None
+            ready, _, _ = select.select([sh.out_r, sh.ctl_r], [], [], remaining)
+            if sh.out_r in ready:
+                self.drain(sh, collector)
+            if sh.ctl_r in ready:
+                data = os.read(sh.ctl_r, 4096)
+                if data:
+                    sh.ctl_buf += data
+                else:  # no writer left: bash is gone (exit, exec, crash)
+                    sh.ctl_eof = True
+
+    @staticmethod
+    def drain(sh, collector):
+        while True:
+            try:
+                data = os.read(sh.out_r, 65536)
+            except BlockingIOError:
+                return
+            except OSError:
+                return
+            if not data:
+                return
+            collector.feed(data)
+
+    def kill_command(self, sh, n):
+        """SIGKILL every process of command n: those whose environment carries its
+        marker (this also finds daemons that left the tree), their descendants, and
+        children of bash that cleared their environment."""
+        marker = ("%s=%d" % (MARKER_VAR, n)).encode()
+        for _ in range(10):
+            table = process_table()
+            marked = set()
+            for pid in table:
+                if pid in (1, sh.proc.pid):
+                    continue
+                env = read_proc(pid, "environ")
+                if env is None:
+                    continue
+                variables = env.split(b"\0")
+                if marker in variables:
+                    marked.add(pid)
+                elif table[pid][0] == sh.proc.pid and not any(
+                        v.startswith(MARKER_VAR.encode() + b"=") for v in variables):
+                    marked.add(pid)
+            victims = (marked | descendants(table, marked)) - {1, sh.proc.pid, os.getpid()}
+            victims = set(p for p in victims if table.get(p, (0, "Z"))[1] != "Z")
+            if not victims:
+                return
+            for pid in victims:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            time.sleep(0.05)
+
+    def restart_shell(self, sh):
+        cwd = sh.cwd
+        sh.close()
+        self.start_shell(cwd, restore=True)
+
+    # ---------------------------------------------------------------- other ops
+    def exec_argv(self, req):
+        """Run a program directly (no shell state), for the host's own helpers."""
+        try:
+            p = subprocess.run(req["argv"], input=(req.get("stdin") or "").encode(),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               timeout=float(req.get("timeout") or 60), cwd=req.get("cwd"))
+        except subprocess.TimeoutExpired:
+            return {"exit_code": None, "timed_out": True, "stdout": "", "stderr": ""}
+        except OSError as e:
+            return {"exit_code": 127, "timed_out": False, "stdout": "", "stderr": str(e)}
+        return {"exit_code": p.returncode, "timed_out": False,
+                "stdout": p.stdout.decode("utf-8", "replace"), "stderr": p.stderr.decode("utf-8", "replace")}
+
+    def reap(self):
+        """As PID 1, collect orphans that exited; never touch our own shell."""
+        if os.getpid() != 1:
+            return
+        own = set([self.shell.proc.pid]) if self.shell else set()
+        for pid, (ppid, state) in process_table().items():
+            if state == "Z" and ppid == 1 and pid not in own:
+                try:
+                    os.waitpid(pid, os.WNOHANG)
+                except OSError:
+                    pass
+
+    def handle(self, req):
+        op = req.get("op")
+        if op == "run":
+            return self.run(req)
+        if op == "exec":
+            return self.exec_argv(req)
+        if op == "ping":
+            return {"pid": os.getpid()}
+        raise ValueError("unknown op %r" % (op,))
+
+    def send(self, obj):
+        self.out.write(json.dumps(obj).encode() + b"\n")
+        self.out.flush()
+
+    def serve(self):
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        self.start_shell(os.getcwd())
+        self.send({"ready": True, "pid": os.getpid(), "python": sys.version.split()[0]})
+        buf = b""
+        while True:
+            ready, _, _ = select.select([0], [], [], 2.0)
+            if not ready:
+                self.reap()
+                continue
+            data = os.read(0, 1 << 20)
+            if not data:  # the host is gone: exit, which stops the container
+                return
+            buf += data
+            while b"\n" in buf:
+                line, buf = buf.split(b"\n", 1)
+                if not line.strip():
+                    continue
+                req = {}
+                try:
+                    req = json.loads(line.decode("utf-8"))
+                    reply = self.handle(req)
+                    reply.update({"id": req.get("id"), "ok": True})
+                except Exception as e:  # report, never die: the host decides what to do
+                    reply = {"id": req.get("id"), "ok": False, "error": "%s: %s" % (type(e).__name__, e)}
+                self.send(reply)
+                self.reap()
+
+
+if __name__ == "__main__" or __name__ == "builtins":
+    Server().serve()
