@@ -1,0 +1,61 @@
+"""Prompt configs: YAML files with system and instance templates.
+
+The keys follow the reference implementation's configs (system_prompt, instance_prompt,
+working_dir, input_dir, output_dir), so its YAML files load as they are; we add
+llm_system_prompt / llm_instance_prompt for plain (tool-less) mode.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional, Union
+
+from pydantic import BaseModel, ConfigDict
+
+DEFAULT_PATH = Path(__file__).parent / "default.yaml"
+PLACEHOLDERS = ("working_dir", "input_dir", "output_dir", "problem_statement")
+
+
+class PromptConfig(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    system_prompt: str
+    instance_prompt: str
+    working_dir: str = "/testbed"
+    input_dir: str = "/testbed/input"
+    output_dir: str = "/testbed/output"
+    llm_system_prompt: Optional[str] = None
+    llm_instance_prompt: Optional[str] = None
+
+    def fill(self, template: str, problem_statement: str = "") -> str:
+        values = {"working_dir": self.working_dir, "input_dir": self.input_dir, "output_dir": self.output_dir}
+        for key, value in values.items():
+            template = template.replace("{" + key + "}", value)
+        # the problem statement last, so braces inside it are never treated as placeholders
+        return template.replace("{problem_statement}", problem_statement)
+
+    def sandbox_messages(self, problem_statement: str) -> list[dict]:
+        return [{"role": "system", "content": self.fill(self.system_prompt)},
+                {"role": "user", "content": self.fill(self.instance_prompt, problem_statement)}]
+
+    def llm_messages(self, problem_statement: str) -> list[dict]:
+        default = load_prompt_config()
+        system = self.llm_system_prompt if self.llm_system_prompt is not None else default.llm_system_prompt
+        instance = self.llm_instance_prompt or default.llm_instance_prompt or "{problem_statement}"
+        messages = [{"role": "system", "content": self.fill(system)}] if system else []
+        return messages + [{"role": "user", "content": self.fill(instance, problem_statement)}]
+
+
+def load_prompt_config(path: Union[str, Path, None] = None, overrides: Optional[dict] = None) -> PromptConfig:
+    import yaml
+
+    p = Path(path) if path else DEFAULT_PATH
+    if not p.is_file():
+        raise FileNotFoundError(f"prompt config not found: {p}")
+    data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{p}: a prompt config is a YAML mapping")
+    missing = [k for k in ("system_prompt", "instance_prompt") if not data.get(k)]
+    if missing:
+        raise ValueError(f"{p}: missing {', '.join(missing)}")
+    data.update(overrides or {})
+    return PromptConfig(**data)
