@@ -1,0 +1,54 @@
+"""The model seam: messages and tool schemas in, one assistant message out.
+
+Anything that produces assistant turns plugs in here: an HTTP client for an
+OpenAI-compatible server, or an RL trainer that generates tokens itself.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional, Protocol
+
+from ..tools.base import ToolCall
+
+
+class ModelError(RuntimeError):
+    """The model server could not give an answer (after retries): ends the run."""
+
+
+class ContextLengthError(ModelError):
+    """The conversation no longer fits the model's context, even with a smaller max_tokens."""
+
+
+@dataclass
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    reasoning_tokens: Optional[int] = None
+    cached_tokens: Optional[int] = None
+    reported: bool = True  # False: the server sent no usage, the numbers are estimates
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass
+class ModelReply:
+    content: Optional[str]
+    tool_calls: list[ToolCall]
+    message: dict  # the assistant message to append to the conversation
+    usage: Usage = field(default_factory=Usage)
+    reasoning: Optional[str] = None  # reasoning_content / thinking, when the server returns it
+    finish_reason: Optional[str] = None
+    latency_s: float = 0.0
+    tool_calls_from_text: bool = False  # parsed from <tool_call> text, not the server's tool_calls
+    tool_call_errors: list[str] = field(default_factory=list)  # <tool_call> blocks that did not parse
+    notes: list[str] = field(default_factory=list)  # what the client had to do (retries, shrinking)
+
+
+class ModelClient(Protocol):
+    name: str
+
+    async def complete(self, messages: list[dict], tools: Optional[list[dict]] = None) -> ModelReply: ...
+
+    async def close(self) -> None: ...

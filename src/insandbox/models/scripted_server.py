@@ -1,0 +1,274 @@
+"""A deterministic OpenAI-compatible chat-completions server that replays a script.
+
+For tests, benchmarks and demos: it answers real HTTP requests, so the client, the
+loop and the sandbox run exactly as they do against vLLM. The turn to play is the
+number of assistant messages in the request, so the server keeps no conversation
+state and serves any number of concurrent runs.
+
+Script (JSON or YAML), one entry per model turn:
+
+    {"name": "demo", "latency": 0.0, "turns": [
+        {"tool": "execute_bash", "args": {"command": "ls"}},              # one call
+        {"tool_calls": [{"name": "execute_bash", "arguments": {"command": "pwd"}},
+                        {"name": "submit", "arguments": "{}"}],           # several calls
+         "content": "optional text", "reasoning_content": "optional"},
+        {"content": "a reply with no tool call"},
+        {"tool": "submit", "as_text": true},            # written as <tool_call> text in content
+        {"tool": "submit", "fail": {"status": 503, "times": 2}},  # first 2 tries fail
+        {"tool": "submit", "latency": 1.5, "usage": {"prompt_tokens": 7, "completion_tokens": 3}}
+    ]}
+
+`arguments` may be a raw string (to send malformed JSON). Past the last turn the
+server answers `submit`. Script-level keys: `latency` (seconds per call),
+`context_window` (answer 400 like vLLM when prompt + max_tokens exceed it), `usage:
+false` (send no usage), `match` (with several scripts: pick the one whose `match`
+text appears in the first user message; else the script whose `name` is the model).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Optional, Union
+
+ScriptLike = Union[dict, list, str, Path]
+
+
+def load_script(source: ScriptLike) -> list[dict]:
+    """One script or a list of scripts, from a dict/list or a JSON/YAML file."""
+    if isinstance(source, (str, Path)):
+        text = Path(source).read_text(encoding="utf-8")
+        if str(source).endswith((".yaml", ".yml")):
+            import yaml
+
+            data = yaml.safe_load(text)
+        else:
+            data = json.loads(text)
+    else:
+        data = source
+    if isinstance(data, dict) and "scripts" in data:
+        data = data["scripts"]
+    scripts = data if isinstance(data, list) and (not data or "turns" in data[0]) else [data]
+    out = []
+    for s in scripts:
+        s = {"turns": s} if isinstance(s, list) else dict(s)
+        s.setdefault("turns", [])
+        out.append(s)
+    return out
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, list):
+        return "".join(p.get("text", "") if isinstance(p, dict) else str(p) for p in content)
+    return content or ""
+
+
+def _calls_of(turn: dict) -> list[dict]:
+    if "tool_calls" in turn:
+        raw = turn["tool_calls"]
+    elif "tool" in turn:
+        raw = [{"name": turn["tool"], "arguments": turn.get("args", {})}]
+    else:
+        raw = []
+    calls = []
+    for i, c in enumerate(raw):
+        args = c.get("arguments", c.get("args", {}))
+        calls.append({"id": c.get("id") or f"call_{uuid.uuid4().hex[:10]}", "type": "function",
+                      "function": {"name": c["name"],
+                                   "arguments": args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)}})
+    return calls
+
+
+class _State:
+    def __init__(self, scripts: list[dict], latency: Optional[float], keep_requests: bool):
+        self.scripts = scripts
+        self.latency = latency
+        self.keep_requests = keep_requests
+        self.lock = threading.Lock()
+        self.requests: list[dict] = []
+        self.failures: dict[tuple, int] = {}
+
+    def record(self, rec: dict) -> None:
+        if not self.keep_requests:
+            rec = {k: v for k, v in rec.items() if k not in ("messages", "tools", "reply")}
+        with self.lock:
+            self.requests.append(rec)
+
+    def pick(self, model: str, first_user: str) -> dict:
+        for s in self.scripts:
+            if s.get("match") and s["match"] in first_user:
+                return s
+        for s in self.scripts:
+            if s.get("name") and s["name"] == model:
+                return s
+        for s in self.scripts:
+            if not s.get("match"):
+                return s
+        raise KeyError("no script matches this conversation")
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "insandbox-scripted/1"
+    disable_nagle_algorithm = True  # headers and body go out in two writes: no 40 ms delayed-ACK stall
+
+    def log_message(self, *args):  # quiet
+        pass
+
+    def _send(self, code: int, obj: dict) -> None:
+        body = json.dumps(obj, ensure_ascii=False).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self):
+        state: _State = self.server.state
+        path = self.path.rstrip("/")
+        if path.endswith("/models"):
+            names = [s.get("name", "scripted") for s in state.scripts]
+            return self._send(200, {"object": "list", "data": [{"id": n, "object": "model"} for n in names]})
+        if path.endswith("/health"):
+            return self._send(200, {"ok": True})
+        if path.endswith("/_requests"):
+            with state.lock:
+                return self._send(200, {"requests": state.requests})
+        self._send(404, {"error": {"message": "not found"}})
+
+    def do_POST(self):
+        state: _State = self.server.state
+        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if not self.path.rstrip("/").endswith("/chat/completions"):
+            return self._send(404, {"error": {"message": "not found"}})
+        t_recv = time.time()
+        try:
+            req = json.loads(raw)
+            messages = req["messages"]
+        except (ValueError, KeyError) as e:
+            return self._send(400, {"error": {"message": f"bad request: {e}", "type": "invalid_request_error"}})
+        if req.get("stream"):
+            return self._send(400, {"error": {"message": "the scripted server does not stream"}})
+        first_user = next((_text(m.get("content")) for m in messages if m.get("role") == "user"), "")
+        try:
+            script = state.pick(req.get("model", ""), first_user)
+        except KeyError as e:
+            return self._send(404, {"error": {"message": str(e)}})
+        conv = hashlib.sha256(first_user.encode()).hexdigest()[:12]
+        index = sum(1 for m in messages if m.get("role") == "assistant")
+        turns = script["turns"]
+        turn = turns[index] if index < len(turns) else {"tool": "submit"}
+        record = {"conv": conv, "turn": index, "t_recv": t_recv, "messages": messages, "tools": req.get("tools"),
+                  "params": {k: v for k, v in req.items() if k not in ("messages", "tools")}}
+
+        fail = turn.get("fail")
+        if fail:
+            key = (conv, index)
+            with state.lock:
+                done = state.failures.get(key, 0)
+                failing = done < int(fail.get("times", 1))
+                if failing:
+                    state.failures[key] = done + 1
+            if failing:
+                record.update(status=fail.get("status", 500), t_sent=time.time())
+                state.record(record)
+                return self._send(int(fail.get("status", 500)),
+                                  {"error": {"message": fail.get("message", "scripted failure")}})
+
+        prompt_tokens = max(1, len(json.dumps(messages)) // 4)
+        window = script.get("context_window")
+        want = req.get("max_tokens") or req.get("max_completion_tokens") or 0
+        if window and prompt_tokens + want > window:
+            record.update(status=400, t_sent=time.time())
+            state.record(record)
+            return self._send(400, {"error": {"type": "BadRequestError", "message": (
+                f"This model's maximum context length is {window} tokens. However, you requested "
+                f"{prompt_tokens + want} tokens ({prompt_tokens} in the messages, {want} in the completion). "
+                "Please reduce the length of the messages or completion.")}})
+
+        latency = turn.get("latency", state.latency if state.latency is not None else script.get("latency", 0))
+        if latency:
+            time.sleep(latency)
+        calls = _calls_of(turn)
+        content = turn.get("content")
+        if calls and turn.get("as_text"):
+            blocks = [json.dumps({"name": c["function"]["name"], "arguments": json.loads(c["function"]["arguments"])})
+                      for c in calls]
+            content = (content or "") + "".join(f"\n<tool_call>\n{b}\n</tool_call>" for b in blocks)
+            calls = []
+        message: dict[str, Any] = {"role": "assistant", "content": content}
+        if calls:
+            message["tool_calls"] = calls
+        if turn.get("reasoning_content"):
+            message["reasoning_content"] = turn["reasoning_content"]
+        body: dict[str, Any] = {
+            "id": "chatcmpl-" + uuid.uuid4().hex[:16], "object": "chat.completion", "created": int(t_recv),
+            "model": req.get("model", "scripted"),
+            "choices": [{"index": 0, "message": message,
+                         "finish_reason": turn.get("finish_reason", "tool_calls" if calls else "stop")}]}
+        if script.get("usage", True) is not False:
+            usage = {"prompt_tokens": prompt_tokens,
+                     "completion_tokens": max(1, len(json.dumps(message)) // 4)}
+            usage.update(turn.get("usage") or {})
+            usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+            body["usage"] = usage
+        self._send(200, body)
+        record.update(status=200, t_sent=time.time(), reply=message)
+        state.record(record)
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 512  # benchmarks open many connections at once
+
+
+class ScriptedServer:
+    """Serve scripts on a loopback port from a background thread.
+
+        with ScriptedServer(script) as srv:
+            client = OpenAIChatClient("scripted", base_url=srv.url)
+    """
+
+    def __init__(self, script: ScriptLike, host: str = "127.0.0.1", port: int = 0, latency: Optional[float] = None,
+                 keep_requests: bool = True):
+        self.httpd = _HTTPServer((host, port), _Handler)
+        self.httpd.state = _State(load_script(script), latency, keep_requests)
+        self.thread: Optional[threading.Thread] = None
+
+    @property
+    def url(self) -> str:
+        host, port = self.httpd.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    @property
+    def requests(self) -> list[dict]:
+        with self.httpd.state.lock:
+            return list(self.httpd.state.requests)
+
+    def start(self) -> "ScriptedServer":
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05},
+                                       name="scripted-server", daemon=True)
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        if self.thread:
+            self.thread.join(5)
+
+    def serve_forever(self) -> None:
+        try:
+            self.httpd.serve_forever(poll_interval=0.2)
+        finally:
+            self.httpd.server_close()
+
+    def __enter__(self) -> "ScriptedServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
