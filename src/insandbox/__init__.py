@@ -1,0 +1,32 @@
+"""insandbox: give a language model a computer.
+
+    import insandbox
+    result = insandbox.run("Compute the 100th prime", model="qwen3", base_url="http://localhost:8000/v1")
+    print(result.answer, result.run_dir)
+
+`arun` is the same call for asyncio code; many runs can share one event loop.
+`SandboxEnv` is the environment on its own (reset / step / close) for RL trainers.
+"""
+from importlib import import_module
+from typing import Any
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "run": "insandbox.runner", "arun": "insandbox.runner", "RunResult": "insandbox.runner",
+    "RunConfig": "insandbox.config", "ConfigError": "insandbox.config",
+    "SandboxEnv": "insandbox.env", "EnvConfig": "insandbox.env", "Task": "insandbox.env",
+    "StepResult": "insandbox.env", "Trajectory": "insandbox.trajectory",
+    "OpenAIChatClient": "insandbox.models", "ModelClient": "insandbox.models",
+    "ScriptedServer": "insandbox.models.scripted_server", "ToolCall": "insandbox.tools",
+    "load_prompt_config": "insandbox.prompts", "PromptConfig": "insandbox.prompts",
+}
+
+
+def __getattr__(name: str) -> Any:  # imported on first use: `import insandbox` stays cheap
+    if name in _EXPORTS:
+        return getattr(import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'insandbox' has no attribute {name!r}")
+
+
+__all__ = sorted(_EXPORTS)

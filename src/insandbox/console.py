@@ -1,0 +1,113 @@
+"""What a person sees on the terminal: one block per step as it happens, a summary at the end."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from .runner import RunResult
+from .trajectory import StepRecord, ToolCallRecord, Trajectory
+
+PREVIEW_LINES = 8
+REASON_STYLE = {"submitted": "green", "completed": "green", "max_steps": "yellow", "token_budget": "yellow",
+                "time_limit": "yellow", "interrupted": "yellow"}
+
+
+def _clip_lines(text: str, n: int = PREVIEW_LINES, width: int = 160) -> tuple[list[str], int]:
+    lines = text.splitlines()
+    return [ln if len(ln) <= width else ln[:width] + "…" for ln in lines[:n]], max(len(lines) - n, 0)
+
+
+def describe_call(call: ToolCallRecord) -> str:
+    """A one-line summary of a call: the command, or the editor operation."""
+    try:
+        args = json.loads(call.arguments or "{}")
+    except ValueError:
+        args = None
+    if not isinstance(args, dict):
+        return f"{call.name} (unreadable arguments)"
+    if call.name == "execute_bash":
+        return "$ " + str(args.get("command", "")).strip().replace("\n", "\n  ")
+    if call.name == "str_replace_editor":
+        return f"✎ {args.get('command', '?')} {args.get('path', '')}"
+    if call.name == "submit":
+        return "✔ submit"
+    return f"{call.name} {call.arguments[:120]}"
+
+
+class RichView:
+    def __init__(self, console: Optional[Console] = None, show_steps: bool = True, max_steps: Optional[int] = None):
+        self.console = console or Console(highlight=False)
+        self.show_steps = show_steps
+        self.max_steps = max_steps
+        self._status_line = ""
+
+    def on_status(self, text: str) -> None:
+        if text != self._status_line:
+            self._status_line = text
+            self.console.print(f"[dim]· {escape(text)}[/dim]")
+
+    def on_start(self, traj: Trajectory, run_dir: Path) -> None:
+        c = traj.config
+        where = f" @ {c.get('base_url')}" if c.get("base_url") else ""
+        self.console.print(f"[bold]insandbox[/bold] · {traj.mode} mode · model [cyan]{escape(str(c.get('model')))}"
+                           f"[/cyan]{escape(where)}" + (f" · image {c.get('image')}" if traj.mode == "sandbox" else ""))
+        self.console.print(f"run folder: {escape(str(run_dir))}")
+        lines, more = _clip_lines(traj.task.get("prompt", ""), 4)
+        self.console.print("[bold]task:[/bold] " + escape("\n      ".join(lines)) + (" …" if more else ""))
+
+    def on_step(self, step: StepRecord, traj: Trajectory) -> None:
+        if not self.show_steps:
+            return
+        total = f"/{self.max_steps}" if self.max_steps else ""
+        tokens = f"{step.prompt_tokens:,}→{step.completion_tokens:,} tok"
+        self.console.rule(f"[bold]step {step.index}{total}[/bold] · model {step.model_latency_s:.2f}s · {tokens}",
+                          align="left", style="blue")
+        if step.content and step.content.strip():
+            lines, more = _clip_lines(step.content.strip(), 3)
+            self.console.print("[dim]" + escape("\n".join(lines)) + (" …" if more else "") + "[/dim]")
+        if step.nudged:
+            self.console.print("[yellow]no tool call: nudged[/yellow]")
+        for call in step.tool_calls:
+            self.console.print(f"[bold]{escape(describe_call(call))}[/bold]")
+            if call.name == "submit" and not call.error:
+                continue
+            output = call.output
+            if call.exit_code is not None:  # the status line is shown below anyway
+                output = output.rsplit("\n[exit code:", 1)[0]
+            lines, more = _clip_lines(output)
+            for ln in lines:
+                self.console.print("  │ " + escape(ln), style="red" if call.error else None)
+            if more:
+                self.console.print(f"  │ [dim]… {more} more lines[/dim]")
+            status = f"exit {call.exit_code}" if call.exit_code is not None else ("error" if call.error else "ok")
+            if call.timed_out:
+                status = "timed out"
+            self.console.print(f"  └ [dim]{status} · {call.duration_s:.2f}s[/dim]")
+
+    def on_end(self, result: RunResult) -> None:
+        t = result.trajectory
+        tot = t.totals
+        table = Table(show_header=False, box=None, padding=(0, 2))
+        table.add_column(style="bold")
+        table.add_column()
+        style = REASON_STYLE.get(t.exit_reason or "", "red")
+        table.add_row("exit reason", f"[{style}]{t.exit_reason}[/{style}]" +
+                      (f" [dim]({escape(t.exit_detail)})[/dim]" if t.exit_detail else ""))
+        table.add_row("steps", f"{tot.steps} ({tot.tool_calls} tool calls)")
+        table.add_row("tokens", f"{tot.prompt_tokens:,} prompt · {tot.completion_tokens:,} completion")
+        table.add_row("time", f"{tot.wall_time_s:.1f}s wall · {tot.model_time_s:.1f}s model · "
+                              f"{tot.tool_time_s:.1f}s tools")
+        table.add_row("trajectory", escape(str(result.run_dir / "trajectory.json")))
+        if result.files:
+            table.add_row("files", escape(f"{result.run_dir / 'files'} ({len(result.files)}: "
+                                          f"{', '.join(result.files[:5])}{' …' if len(result.files) > 5 else ''})"))
+        if result.answer is not None:
+            lines, more = _clip_lines(result.answer.strip(), 6)
+            table.add_row("answer", escape("\n".join(lines)) + (" …" if more else ""))
+        self.console.rule(style="blue")
+        self.console.print(table)

@@ -1,0 +1,215 @@
+"""One run, end to end: settings -> run folder -> model + sandbox -> loop -> outputs.
+
+`arun()` is the async entry point (many runs can share one event loop); `run()` wraps
+it for scripts. The run folder holds trajectory.json (rewritten after every step),
+files/ (the sandbox's output folder), and answer.txt when the model wrote one.
+"""
+from __future__ import annotations
+
+import asyncio
+import datetime as _dt
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Protocol
+
+from . import trajectory as T
+from .agent import Limits, run_llm_once, run_sandbox_loop
+from .config import ConfigError, RunConfig
+from .env import EnvConfig, SandboxEnv, Task
+from .models.base import ModelClient
+from .models.openai_compat import OpenAIChatClient
+from .prompts import load_prompt_config
+from .sandbox.base import SandboxError, SandboxLimits
+from .trajectory import StepRecord, Trajectory
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    trajectory: Trajectory
+    answer: Optional[str] = None
+    files: list[str] = field(default_factory=list)
+
+    @property
+    def exit_reason(self) -> Optional[str]:
+        return self.trajectory.exit_reason
+
+
+class RunObserver(Protocol):
+    """What the console (or any UI) is told about a run."""
+
+    def on_status(self, text: str) -> None: ...
+
+    def on_start(self, traj: Trajectory, run_dir: Path) -> None: ...
+
+    def on_step(self, step: StepRecord, traj: Trajectory) -> None: ...
+
+    def on_end(self, result: RunResult) -> None: ...
+
+
+class _Quiet:
+    def on_status(self, text: str) -> None:
+        pass
+
+    def on_start(self, traj: Trajectory, run_dir: Path) -> None:
+        pass
+
+    def on_step(self, step: StepRecord, traj: Trajectory) -> None:
+        pass
+
+    def on_end(self, result: RunResult) -> None:
+        pass
+
+
+def new_run_id() -> str:
+    return uuid.uuid4().hex[:8]
+
+
+def default_run_dir(root: Path, run_id: str) -> Path:
+    return Path(root) / f"{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}-{run_id}"
+
+
+def settings(config: Optional[RunConfig], overrides: dict[str, Any]) -> RunConfig:
+    base = config.model_dump() if config else {}
+    try:
+        return RunConfig.model_validate({**base, **overrides}).with_environment()
+    except ValueError as e:
+        raise ConfigError(str(e)) from e
+
+
+async def resolve_model(cfg: RunConfig) -> str:
+    """The model name: given, else the only/first model the server lists."""
+    if cfg.model:
+        return cfg.model
+    if not cfg.base_url:
+        raise ConfigError("no model configured: pass --model and --base-url (or set INSANDBOX_MODEL and "
+                          "INSANDBOX_BASE_URL)")
+    from openai import AsyncOpenAI
+
+    client = AsyncOpenAI(base_url=cfg.base_url, api_key=cfg.api_key or "EMPTY", max_retries=1, timeout=30)
+    try:
+        models = await client.models.list()
+        names = [m.id for m in models.data]
+    except Exception as e:
+        raise ConfigError(f"no --model given and {cfg.base_url} did not list its models ({e})") from e
+    finally:
+        await client.close()
+    if not names:
+        raise ConfigError(f"no --model given and {cfg.base_url} lists no models")
+    return names[0]
+
+
+def make_model_client(cfg: RunConfig, model: str) -> ModelClient:
+    return OpenAIChatClient(model, base_url=cfg.base_url, api_key=cfg.api_key, temperature=cfg.temperature,
+                            max_tokens=cfg.max_tokens, extra_body=cfg.extra_body, timeout=cfg.request_timeout,
+                            max_retries=cfg.max_retries, send_reasoning=cfg.send_reasoning)
+
+
+async def ensure_image(cfg: RunConfig, observer: RunObserver) -> None:
+    """Build the sandbox image on first use (only images named insandbox:*)."""
+    from .sandbox import engine, image
+
+    if await engine.call(image.image_exists, cfg.image):
+        return
+    if not cfg.build_image or cfg.image.split(":")[0] != "insandbox":
+        raise SandboxError(f"image {cfg.image!r} not found (build it, or pull it into the engine)")
+    observer.on_status(f"image {cfg.image} not found: building it (once, a few minutes)")
+    info = await engine.call(image.build_image, cfg.image, progress=observer.on_status)
+    observer.on_status(f"built {info.tag}: {info.size_bytes / 1e6:,.0f} MB")
+
+
+async def arun(query: str, config: Optional[RunConfig] = None, *, observer: Optional[RunObserver] = None,
+               model_client: Optional[ModelClient] = None, task_id: str = "",
+               input_files: Optional[dict] = None, **overrides: Any) -> RunResult:
+    """Run one task. Keyword overrides are RunConfig fields (model=..., max_steps=...)."""
+    cfg = settings(config, overrides)
+    observer = observer or _Quiet()
+    prompts = load_prompt_config(cfg.prompt_config)
+    task = Task(prompt=query, id=task_id, input_dir=cfg.input_dir, input_files=dict(input_files or {}))
+    if cfg.mode == "sandbox":
+        await ensure_image(cfg, observer)
+    client = model_client or make_model_client(cfg, await resolve_model(cfg))
+    run_id = new_run_id()
+    run_dir = Path(cfg.output_dir) if cfg.output_dir else default_run_dir(cfg.runs_root, run_id)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    traj = Trajectory(run_id=run_id, mode=cfg.mode, config={**cfg.public(), "model": client.name},
+                      task={"id": task_id, "prompt": query, "input_dir": str(cfg.input_dir) if cfg.input_dir else None,
+                            "input_files": sorted(task.input_files),
+                            "prompt_config": str(cfg.prompt_config or "default")})
+    result = RunResult(run_dir, traj)
+    save = lambda: traj.save(run_dir / "trajectory.json")  # noqa: E731
+    observer.on_start(traj, run_dir)
+    cancelled = False
+    t0 = asyncio.get_running_loop().time()
+    try:
+        if cfg.mode == "llm":
+            result.answer = await run_llm_once(client, task, prompts, traj, observer.on_step)
+        else:
+            env = SandboxEnv(EnvConfig(prompts=prompts, image=cfg.image, max_steps=cfg.max_steps,
+                                       limits=SandboxLimits(cfg.memory, cfg.cpus, cfg.pids_limit, cfg.network),
+                                       env_vars=cfg.env, command_timeout=cfg.timeout_per_command,
+                                       output_limit_chars=cfg.output_limit, run_id=run_id))
+            try:
+                loop = run_sandbox_loop(env, client, task, traj, Limits(cfg.max_steps, cfg.token_budget),
+                                        observer.on_step, save)
+                try:
+                    await asyncio.wait_for(loop, cfg.time_limit)
+                except asyncio.TimeoutError:
+                    traj.exit_reason, traj.exit_detail = T.TIME_LIMIT, f"time limit of {cfg.time_limit:g}s reached"
+                except asyncio.CancelledError:
+                    cancelled = True
+                    traj.exit_reason, traj.exit_detail = T.INTERRUPTED, "interrupted (Ctrl-C or SIGTERM)"
+            finally:
+                await _collect(env, traj, result, run_dir)
+    except asyncio.CancelledError:  # interrupted in plain mode or while collecting
+        cancelled = True
+        traj.exit_reason, traj.exit_detail = T.INTERRUPTED, "interrupted (Ctrl-C or SIGTERM)"
+    finally:
+        if model_client is None:
+            await client.close()
+        traj.totals.wall_time_s = asyncio.get_running_loop().time() - t0
+        traj.finished_at = T.now_iso()
+        if result.answer is None:
+            result.answer = traj.answer
+        traj.answer = result.answer
+        if result.answer is not None:
+            (run_dir / "answer.txt").write_text(result.answer, encoding="utf-8")
+        save()
+        observer.on_end(result)
+    if cancelled:
+        raise asyncio.CancelledError()
+    return result
+
+
+async def _collect(env: SandboxEnv, traj: Trajectory, result: RunResult, run_dir: Path) -> None:
+    """Read the answer, copy the output folder back, remove the sandbox: also after failures."""
+    try:
+        if env.sandbox is not None and getattr(env.sandbox, "container_id", True):
+            traj.answer = await env.read_answer()
+            result.files = traj.output_files = await env.collect_outputs(run_dir / "files")
+            traj.sandbox.update(_sandbox_info(env))
+    except Exception as e:  # keep the run's record even if the container is gone
+        note = f"outputs not collected: {e}"
+        traj.exit_detail = f"{traj.exit_detail}; {note}" if traj.exit_detail else note
+    finally:
+        try:
+            await env.close()
+        except Exception as e:
+            note = f"sandbox not removed: {e}"
+            traj.exit_detail = f"{traj.exit_detail}; {note}" if traj.exit_detail else note
+
+
+def _sandbox_info(env: SandboxEnv) -> dict:
+    sb = env.sandbox
+    info: dict[str, Any] = {"image": env.config.image, "backend": env.config.backend,
+                            "limits": vars(env.config.limits).copy()}
+    for attr in ("name", "container_id", "timings", "server_info"):
+        if hasattr(sb, attr):
+            info[attr] = getattr(sb, attr)
+    return info
+
+
+def run(query: str, config: Optional[RunConfig] = None, **kwargs: Any) -> RunResult:
+    """Blocking form of `arun` for scripts and notebooks without an event loop."""
+    return asyncio.run(arun(query, config, **kwargs))

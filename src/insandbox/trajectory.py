@@ -1,0 +1,125 @@
+"""Typed record of one run, saved as trajectory.json after every step.
+
+`messages` is the conversation exactly as the model saw it. `steps` holds one record
+per model call with what the numbers are about: latency, tokens, every tool call with
+its observation, exit code and duration. Readers should check `schema_version`.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+from pathlib import Path
+from typing import Any, Optional
+
+from pydantic import BaseModel, Field
+
+SCHEMA_VERSION = 1
+
+# Why a run ended.
+SUBMITTED = "submitted"  # the model called submit
+MAX_STEPS = "max_steps"
+TOKEN_BUDGET = "token_budget"
+TIME_LIMIT = "time_limit"
+CONTEXT_LENGTH = "context_length"  # the conversation no longer fits the model's context
+MODEL_ERROR = "model_error"  # the model server failed after retries
+SANDBOX_ERROR = "sandbox_error"  # the container or engine failed
+INTERRUPTED = "interrupted"  # Ctrl-C or SIGTERM
+COMPLETED = "completed"  # --mode llm: the single completion came back
+EXIT_REASONS = (SUBMITTED, MAX_STEPS, TOKEN_BUDGET, TIME_LIMIT, CONTEXT_LENGTH, MODEL_ERROR, SANDBOX_ERROR,
+                INTERRUPTED, COMPLETED)
+
+
+def now_iso() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+class ToolCallRecord(BaseModel):
+    id: str
+    name: str
+    arguments: str  # raw, as the model sent it
+    output: str = ""  # the observation the model got (before the steps-left note)
+    error: bool = False
+    exit_code: Optional[int] = None
+    timed_out: bool = False
+    output_chars: int = 0  # characters the tool produced before clipping
+    duration_s: float = 0.0
+
+
+class StepRecord(BaseModel):
+    index: int  # 1-based
+    started_at: float  # unix time the model request was sent
+    model_latency_s: float = 0.0
+    tool_time_s: float = 0.0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    reasoning_tokens: Optional[int] = None
+    cached_tokens: Optional[int] = None
+    usage_reported: bool = True
+    finish_reason: Optional[str] = None
+    content: Optional[str] = None
+    reasoning: Optional[str] = None
+    tool_calls: list[ToolCallRecord] = Field(default_factory=list)
+    tool_calls_from_text: bool = False
+    nudged: bool = False  # no tool call: the model got a reminder instead
+    observation_chars: int = 0  # characters sent back to the model after this step
+    notes: list[str] = Field(default_factory=list)
+
+
+class Totals(BaseModel):
+    steps: int = 0
+    tool_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+    model_time_s: float = 0.0
+    tool_time_s: float = 0.0
+    wall_time_s: float = 0.0
+    observation_chars: int = 0
+
+
+class Trajectory(BaseModel):
+    schema_version: int = SCHEMA_VERSION
+    run_id: str
+    mode: str = "sandbox"  # "sandbox" or "llm"
+    created_at: str = Field(default_factory=now_iso)
+    finished_at: Optional[str] = None
+    task: dict[str, Any] = Field(default_factory=dict)  # prompt, id, input files
+    config: dict[str, Any] = Field(default_factory=dict)  # model and run settings (never the API key)
+    sandbox: dict[str, Any] = Field(default_factory=dict)  # image, container, limits, start-up timings
+    tools: list[dict] = Field(default_factory=list)  # the schemas offered to the model
+    messages: list[dict] = Field(default_factory=list)
+    steps: list[StepRecord] = Field(default_factory=list)
+    exit_reason: Optional[str] = None
+    exit_detail: Optional[str] = None
+    submitted: bool = False
+    answer: Optional[str] = None
+    output_files: list[str] = Field(default_factory=list)
+    totals: Totals = Field(default_factory=Totals)
+
+    def add_step(self, step: StepRecord) -> None:
+        self.steps.append(step)
+        t = self.totals
+        t.steps += 1
+        t.tool_calls += len(step.tool_calls)
+        t.prompt_tokens += step.prompt_tokens
+        t.completion_tokens += step.completion_tokens
+        t.total_tokens = t.prompt_tokens + t.completion_tokens
+        t.model_time_s += step.model_latency_s
+        t.tool_time_s += step.tool_time_s
+        t.observation_chars += step.observation_chars
+
+    def save(self, path: Path) -> None:
+        """Write atomically, so a reader (or a killed run) never sees half a file."""
+        path = Path(path)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(self.model_dump_json(indent=1), encoding="utf-8")
+        os.replace(tmp, path)
+
+    @classmethod
+    def load(cls, path: Path) -> "Trajectory":
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        if data.get("schema_version", 0) > SCHEMA_VERSION:
+            raise ValueError(f"{path}: schema_version {data['schema_version']} is newer than this insandbox "
+                             f"({SCHEMA_VERSION}); upgrade insandbox")
+        return cls.model_validate(data)
