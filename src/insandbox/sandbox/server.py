@@ -35,6 +35,17 @@ STATE_DIR = "/run/insandbox"
 MARKER_VAR = "INSANDBOX_CMD_ID"  # exported per command; marks its process tree
 KILL_GRACE_S = 2.0  # after killing a timed-out tree, how long bash gets to return
 
+# Aborting a timed-out command like Ctrl-C in a terminal: killing its processes is not
+# enough, bash would go on with the rest of the command line (`sleep 1000; rm x`). So
+# the server first sends bash SIGUSR1, whose trap turns on a DEBUG trap that, under
+# extdebug, makes every further command inside the sourced file (or a function it
+# called) act as `return`: the command unwinds, even a pure-bash `while :; do :; done`,
+# and bash is back at the top level, where the trap removes itself.
+SHELL_INIT = (
+    "__isb_unwind() { if [[ ${#BASH_SOURCE[@]} -gt 1 ]]; then return 2; fi; "
+    "trap - DEBUG; shopt -u extdebug; return 0; }")
+ARM_ABORT = "trap 'shopt -s extdebug; trap __isb_unwind DEBUG' USR1"
+
 
 class Collector(object):
     """Decodes command output as it streams and keeps at most `limit` characters:
@@ -180,6 +191,7 @@ class Server(object):
     # ---------------------------------------------------------------- shell runs
     def start_shell(self, cwd=None, restore=False):
         self.shell = Shell(cwd)
+        self.shell.send(SHELL_INIT + "; " + ARM_ABORT)
         if restore:  # bring back exported variables and functions of the lost shell
             state = os.path.join(STATE_DIR, "state.sh")
             self.shell.send("source %s >/dev/null 2>&1; true" % state)
@@ -200,10 +212,11 @@ class Server(object):
         sh = self.shell
         # `source` keeps cd/export/functions; stdin is /dev/null so nothing waits for input;
         # the control fd is closed for the command so background jobs do not inherit it.
-        line = ("export %s=%d; source %s < /dev/null %d>&-; __isb_rc=$?; "
+        # the trailer re-arms the abort trap, in case the command replaced it
+        line = ("export %s=%d; source %s < /dev/null %d>&-; __isb_rc=$?; %s; "
                 "{ export -p; declare -f; } > %s/state.sh 2>/dev/null; "
                 "printf '%%s %%s\\0' \"$__isb_rc\" \"$PWD\" >&%d"
-                % (MARKER_VAR, n, path, sh.ctl_w, STATE_DIR, sh.ctl_w))
+                % (MARKER_VAR, n, path, sh.ctl_w, ARM_ABORT, STATE_DIR, sh.ctl_w))
         try:
             sh.send(line)
         except (IOError, OSError):  # bash vanished just now: one fresh shell, one retry
@@ -214,8 +227,12 @@ class Server(object):
         deadline = start + timeout
         result = {"timed_out": False, "shell_restarted": False, "exit_code": None}
         done = self.wait_done(sh, collector, deadline)
-        if done is None:  # timed out: kill the command's processes, keep the shell if we can
+        if done is None:  # timed out: unwind the command, kill its processes, keep the shell
             result["timed_out"] = True
+            try:
+                os.kill(sh.proc.pid, signal.SIGUSR1)
+            except OSError:
+                pass
             self.kill_command(sh, n)
             done = self.wait_done(sh, collector, time.time() + KILL_GRACE_S)
             if done is None:  # bash itself is busy (e.g. `while true; do :; done`)
@@ -229,6 +246,8 @@ class Server(object):
             result["shell_restarted"] = True
         elif isinstance(done, tuple):
             result["exit_code"], sh.cwd = done
+            if result["timed_out"]:
+                result["exit_code"] = None  # what bash saw was our unwinding, not the command's status
         result["duration_s"] = round(time.time() - start, 6)
         result["output"], result["output_tail"], result["cut_chars"] = collector.result()
         result["total_chars"] = collector.chars

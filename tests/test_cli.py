@@ -1,0 +1,116 @@
+"""The `insandbox` command: flags, environment variables, exit codes, signals, clean."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import cli, containers_with_label
+
+from insandbox.sandbox.docker import LABEL_OWNER
+
+SCRIPT = {"turns": [{"tool": "execute_bash", "args": {"command": "mkdir -p /testbed/output/deep/er && "
+                                                                 "echo report > /testbed/output/deep/er/r.md"}},
+                    {"tool": "execute_bash", "args": {"command": "echo 42 > /testbed/answer.txt"}},
+                    {"tool": "submit"}]}
+
+
+def test_run_with_environment_variables_and_json(scripted, tmp_path, docker_image):
+    srv = scripted(SCRIPT)
+    env = {"INSANDBOX_MODEL": "scripted", "INSANDBOX_BASE_URL": srv.url, "OPENAI_API_KEY": "sk-from-env"}
+    r = cli("run", "Answer 42", "--output-dir", str(tmp_path / "run"), "--image", docker_image, "--json",
+            "--max-steps", "5", "--temperature", "0.5", "--max-tokens", "100", "--timeout-per-command", "30",
+            "--extra-body", '{"top_k": 20}', env=env)
+    assert r.returncode == 0, r.stderr
+    summary = json.loads(r.stdout)
+    assert summary["exit_reason"] == "submitted" and summary["answer"] == "42\n"
+    assert summary["files"] == ["deep/er/r.md"]
+    assert (tmp_path / "run/files/deep/er/r.md").read_text() == "report\n"
+    params = srv.requests[0]["params"]
+    assert params["model"] == "scripted" and params["temperature"] == 0.5 and params["max_tokens"] == 100
+    assert params["top_k"] == 20
+    assert "step 1/5" in r.stderr and "exit reason" in r.stderr  # the live view, on stderr with --json
+
+
+def test_model_name_comes_from_the_server_when_not_given(scripted, tmp_path, docker_image):
+    srv = scripted({"name": "served-model", **SCRIPT})
+    r = cli("run", "x", "--base-url", srv.url, "--output-dir", str(tmp_path), "--image", docker_image, "-q")
+    assert r.returncode == 0, r.stderr
+    assert srv.requests[0]["params"]["model"] == "served-model"
+
+
+def test_bad_input_gets_a_clear_error(scripted, tmp_path):
+    r = cli("run", "x", "--model", "m", "--base-url", "http://127.0.0.1:9/v1", "--extra-body", "{nope")
+    assert r.returncode == 2 and "--extra-body is not valid JSON" in r.stderr
+    r = cli("run", "x", "--model", "m", "--base-url", "http://127.0.0.1:9/v1", "--input-dir", "/no/such/dir")
+    assert r.returncode == 2 and "does not exist" in r.stderr
+    r = cli("run", "x", "--model", "m", "--base-url", "http://127.0.0.1:9/v1", "--prompt-config", "/no.yaml")
+    assert r.returncode == 2 and "prompt config not found" in r.stderr
+    r = cli("run", "", "--model", "m")
+    assert r.returncode == 2 and "no task" in r.stderr
+
+
+def test_model_server_down_exits_1_and_keeps_the_record(tmp_path, docker_image):
+    r = cli("run", "x", "--model", "m", "--base-url", "http://127.0.0.1:9/v1", "--max-retries", "0",
+            "--output-dir", str(tmp_path), "--image", docker_image, "-q")
+    assert r.returncode == 1
+    t = json.loads((tmp_path / "trajectory.json").read_text())
+    assert t["exit_reason"] == "model_error" and "cannot reach" in t["exit_detail"]
+    assert containers_with_label(f"insandbox.run_id={t['run_id']}") == []
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_saves_the_run_and_removes_the_container(scripted, tmp_path, docker_image, sig):
+    srv = scripted({"turns": [{"tool": "execute_bash", "args": {"command": "echo started"}},
+                              {"tool": "execute_bash", "args": {"command": "sleep 600"}}]})
+    exe = Path(sys.executable).parent / "insandbox"
+    proc = subprocess.Popen([str(exe), "run", "x", "--model", "m", "--base-url", srv.url, "--output-dir",
+                             str(tmp_path), "--image", docker_image, "-q"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    owner = f"{LABEL_OWNER}={os.uname().nodename}:{proc.pid}"
+    deadline = time.time() + 60
+    while len(srv.requests) < 2 and time.time() < deadline:  # the model has asked for `sleep 600`
+        time.sleep(0.1)
+    time.sleep(0.5)
+    assert len(containers_with_label(owner)) == 1
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 128 + sig, err
+    t = json.loads((tmp_path / "trajectory.json").read_text())
+    assert t["exit_reason"] == "interrupted" and len(t["steps"]) == 1
+    assert containers_with_label(owner) == []
+
+
+def test_clean_removes_only_leftovers(docker_image):
+    code = ("import asyncio, os\n"
+            "from insandbox.sandbox import SandboxSpec, create_sandbox\n"
+            "async def main():\n"
+            "    sb = create_sandbox(SandboxSpec(run_id='leftover-test'))\n"
+            "    await sb.start()\n"
+            "    os._exit(0)\n"
+            "asyncio.run(main())\n")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+    foreign = subprocess.run(["docker", "run", "-d", "--label", "someone-else=1", docker_image, "sleep", "120"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    try:
+        assert len(containers_with_label("insandbox.run_id=leftover-test")) == 1
+        r = cli("clean", "--dry-run")
+        assert "would remove" in r.stdout and len(containers_with_label("insandbox.run_id=leftover-test")) == 1
+        r = cli("clean")
+        assert r.returncode == 0 and "leftover-test" in r.stdout
+        assert containers_with_label("insandbox.run_id=leftover-test") == []
+        assert containers_with_label("someone-else=1") == [foreign[:12]]
+    finally:
+        subprocess.run(["docker", "rm", "-f", foreign], capture_output=True)
+
+
+def test_image_status_reports_size(docker_image):
+    r = cli("image", "status", "--tag", docker_image)
+    assert r.returncode == 0 and "MB" in r.stdout
+    r = cli("image", "status", "--tag", "insandbox:does-not-exist")
+    assert r.returncode == 1 and "does not exist" in r.stderr

@@ -1,0 +1,149 @@
+"""The whole loop: scripted model over HTTP, real container, run folder on disk."""
+from __future__ import annotations
+
+import json
+
+from conftest import containers_with_label
+
+from insandbox import Trajectory, arun
+from insandbox.env import EnvConfig, SandboxEnv, Task
+from insandbox.tools import ToolCall
+
+
+def _no_containers_left(traj: Trajectory) -> bool:
+    return containers_with_label(f"insandbox.run_id={traj.run_id}") == []
+
+
+def bash(cmd, **kw):
+    return {"tool": "execute_bash", "args": {"command": cmd}, **kw}
+
+
+def test_full_run(scripted, run_async, tmp_path, docker_image):
+    inputs = tmp_path / "inputs"
+    inputs.mkdir()
+    (inputs / "numbers.txt").write_text("3\n4\n")
+    srv = scripted({"turns": [
+        bash("cat /testbed/input/numbers.txt", content="First, the input."),
+        {"tool_calls": [{"name": "execute_bash", "arguments": {"command": "cd /testbed/output && mkdir -p a/b"}},
+                        {"name": "str_replace_editor",
+                         "arguments": {"command": "create", "path": "/testbed/output/a/b/sum.py",
+                                       "file_text": "print(3 + 4)\n"}},
+                        {"name": "execute_bash", "arguments": {"command": "python3 a/b/sum.py > result.txt; pwd"}}]},
+        {"content": "I think I am nearly done."},
+        {"tool": "execute_bash", "args": '{"command": "echo broken'},
+        {"tool": "run_python", "args": {"code": "1"}},
+        bash("echo 7 > /testbed/answer.txt"),
+        {"tool": "submit"},
+    ]})
+    out = tmp_path / "run"
+    result = run_async(arun("Add the numbers in the input file.", model="scripted", base_url=srv.url,
+                            api_key="sk-very-secret", input_dir=inputs, output_dir=out, image=docker_image, max_steps=20))
+    t = result.trajectory
+    assert t.exit_reason == "submitted" and t.submitted and result.answer == "7\n"
+    assert (out / "answer.txt").read_text() == "7\n"
+    assert sorted(result.files) == ["a/b/sum.py", "result.txt"]
+    assert (out / "files/result.txt").read_text() == "7\n"
+    assert (out / "files/a/b/sum.py").read_text() == "print(3 + 4)\n"
+    assert _no_containers_left(t)
+
+    saved = Trajectory.load(out / "trajectory.json")
+    assert saved.schema_version == 1 and saved.exit_reason == "submitted" and len(saved.steps) == 7
+    s1, s2, s3, s4, s5 = saved.steps[:5]
+    assert s1.tool_calls[0].output.startswith("3\n4\n") and s1.tool_calls[0].exit_code == 0
+    assert s1.content == "First, the input." and s1.prompt_tokens > 0 and s1.completion_tokens > 0
+    assert [c.name for c in s2.tool_calls] == ["execute_bash", "str_replace_editor", "execute_bash"]
+    assert "/testbed/output" in s2.tool_calls[2].output  # cd persisted within the reply
+    assert s3.nudged and not s3.tool_calls
+    assert s4.tool_calls[0].error and "not valid JSON" in s4.tool_calls[0].output
+    assert s5.tool_calls[0].error and "no tool named 'run_python'" in s5.tool_calls[0].output
+    assert saved.totals.steps == 7 and saved.totals.tool_calls == 8
+    assert saved.totals.prompt_tokens == sum(s.prompt_tokens for s in saved.steps)
+    assert all(s.model_latency_s > 0 for s in saved.steps) and saved.totals.tool_time_s > 0
+    assert saved.sandbox["image"] == docker_image and saved.sandbox["timings"]["start_s"] > 0
+    assert "sk-very-secret" not in (out / "trajectory.json").read_text() and saved.config["api_key_set"]
+
+    # what the server received is a valid conversation: every tool call id answered once, in order
+    last = srv.requests[-1]["messages"]
+    for i, m in enumerate(last):
+        if m["role"] == "assistant" and m.get("tool_calls"):
+            ids = [c["id"] for c in m["tool_calls"]]
+            answered = [x["tool_call_id"] for x in last[i + 1:i + 1 + len(ids)]]
+            assert answered == ids
+    nudges = [m for m in last if m["role"] == "user"][1:]
+    assert len(nudges) == 1 and "no tool call" in nudges[0]["content"]
+    assert last[3]["role"] == "tool" and last[3]["content"].endswith("[19 steps left]")
+
+
+def test_max_steps_with_last_step_warning(scripted, run_async, tmp_path, docker_image):
+    srv = scripted({"turns": [bash("echo 1"), bash("echo 2"), bash("echo 3"), bash("echo 4")]})
+    result = run_async(arun("loop", model="m", base_url=srv.url, max_steps=3, output_dir=tmp_path,
+                            image=docker_image))
+    t = result.trajectory
+    assert t.exit_reason == "max_steps" and len(t.steps) == 3 and len(srv.requests) == 3
+    assert "1 step left" in srv.requests[2]["messages"][-1]["content"]
+    assert _no_containers_left(t)
+
+
+def test_token_budget_and_time_limit(scripted, run_async, tmp_path, docker_image):
+    srv = scripted({"turns": [bash("echo a", usage={"prompt_tokens": 600, "completion_tokens": 10})] * 5})
+    result = run_async(arun("budget", model="m", base_url=srv.url, token_budget=1000, output_dir=tmp_path / "b",
+                            image=docker_image))
+    assert result.exit_reason == "token_budget" and len(result.trajectory.steps) == 2
+    slow = scripted({"latency": 0.4, "turns": [bash("echo slow")] * 50})
+    result = run_async(arun("time", model="m", base_url=slow.url, time_limit=1.5, output_dir=tmp_path / "t",
+                            image=docker_image))
+    t = result.trajectory
+    assert t.exit_reason == "time_limit" and 1 <= len(t.steps) <= 4 and _no_containers_left(t)
+    assert Trajectory.load(tmp_path / "t/trajectory.json").exit_reason == "time_limit"
+
+
+def test_model_failure_ends_cleanly(scripted, run_async, tmp_path, docker_image):
+    srv = scripted({"turns": [bash("echo fine"), {"tool": "submit", "fail": {"status": 500, "times": 99}}]})
+    result = run_async(arun("fail", model="m", base_url=srv.url, max_retries=0, output_dir=tmp_path,
+                            image=docker_image))
+    t = result.trajectory
+    assert t.exit_reason == "model_error" and "500" in t.exit_detail and len(t.steps) == 1
+    assert _no_containers_left(t)
+    small = scripted({"context_window": 300, "turns": [bash("echo fits")] * 5})
+    result = run_async(arun("overflow", model="m", base_url=small.url, output_dir=tmp_path / "c",
+                            image=docker_image))
+    assert result.exit_reason == "context_length"
+
+
+def test_calls_after_submit_are_not_run(scripted, run_async, tmp_path, docker_image):
+    srv = scripted({"turns": [{"tool_calls": [{"name": "execute_bash", "arguments": {"command": "echo 1 > /testbed/answer.txt"}},
+                                              {"name": "submit", "arguments": {}},
+                                              {"name": "execute_bash", "arguments": {"command": "echo 2 > /testbed/answer.txt"}}]}]})
+    result = run_async(arun("s", model="m", base_url=srv.url, output_dir=tmp_path, image=docker_image))
+    calls = result.trajectory.steps[0].tool_calls
+    assert result.answer == "1\n" and calls[2].error and "Not run" in calls[2].output
+    assert result.trajectory.messages[-1]["tool_call_id"] == calls[2].id
+
+
+def test_llm_mode_is_one_plain_completion(scripted, run_async, tmp_path):
+    srv = scripted({"turns": [{"content": "The answer is 42."}]})
+    result = run_async(arun("What is 6*7?", model="m", base_url=srv.url, mode="llm", output_dir=tmp_path,
+                            input_files={"notes.txt": "a hint"}))
+    assert result.exit_reason == "completed" and result.answer == "The answer is 42."
+    req = srv.requests[0]
+    assert req["tools"] is None and len(srv.requests) == 1
+    assert 'What is 6*7?\n\n<file name="notes.txt">\na hint\n</file>' in req["messages"][-1]["content"]
+    assert (tmp_path / "answer.txt").read_text() == "The answer is 42."
+
+
+def test_environment_api_without_the_loop(run_async, docker_image):
+    """What an RL trainer does: reset, step with its own tool calls, read the answer, close."""
+    async def body():
+        env = SandboxEnv(EnvConfig(image=docker_image, max_steps=3))
+        messages = await env.reset(Task("Write 5 to the answer file.", input_files={"in.txt": "5"}))
+        assert [m["role"] for m in messages] == ["system", "user"]
+        assert [s["function"]["name"] for s in env.tool_schemas] == ["execute_bash", "str_replace_editor", "submit"]
+        r = await env.step([ToolCall("a", "execute_bash", '{"command": "cp /testbed/input/in.txt /testbed/answer.txt"}')])
+        assert not r.done and r.messages[0]["tool_call_id"] == "a" and env.steps_left == 2
+        r = await env.step([])
+        assert r.nudged and r.messages[0]["role"] == "user"
+        r = await env.step([ToolCall("b", "submit", "{}")])
+        assert r.done and r.submitted
+        assert await env.read_answer() == "5"
+        await env.close()
+    run_async(body())

@@ -1,0 +1,80 @@
+"""The OpenAI-compatible client over real HTTP to the scripted server."""
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest
+
+from insandbox.models import ContextLengthError, ModelError, OpenAIChatClient
+
+TOOLS = [{"type": "function", "function": {"name": "submit", "description": "done",
+                                           "parameters": {"type": "object", "properties": {}, "required": []}}}]
+MSGS = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+
+
+def test_structured_tool_calls_usage_and_reasoning(scripted, run_async):
+    srv = scripted({"turns": [{"tool_calls": [{"name": "execute_bash", "arguments": {"command": "ls"}},
+                                              {"name": "submit", "arguments": {}}],
+                               "content": "two calls", "reasoning_content": "because",
+                               "usage": {"prompt_tokens": 123, "completion_tokens": 45}}]})
+    client = OpenAIChatClient("m", base_url=srv.url, temperature=0.3, max_tokens=77,
+                              extra_body={"chat_template_kwargs": {"enable_thinking": True}})
+    reply = run_async(client.complete(MSGS, TOOLS))
+    assert [c.name for c in reply.tool_calls] == ["execute_bash", "submit"]
+    assert json.loads(reply.tool_calls[0].arguments) == {"command": "ls"}
+    assert reply.usage.prompt_tokens == 123 and reply.usage.completion_tokens == 45 and reply.usage.reported
+    assert reply.reasoning == "because" and reply.content == "two calls"
+    assert "reasoning_content" not in reply.message  # not sent back unless asked
+    assert [c["id"] for c in reply.message["tool_calls"]] == [c.id for c in reply.tool_calls]
+    sent = srv.requests[0]
+    assert sent["params"]["temperature"] == 0.3 and sent["params"]["max_tokens"] == 77
+    assert sent["params"]["chat_template_kwargs"] == {"enable_thinking": True}
+    assert sent["tools"] == TOOLS
+
+
+def test_text_tool_calls_fallback_and_missing_usage(scripted, run_async):
+    srv = scripted({"usage": False, "turns": [{"tool": "execute_bash", "args": {"command": "pwd"}, "as_text": True,
+                                               "content": "Let me check."}]})
+    reply = run_async(OpenAIChatClient("m", base_url=srv.url).complete(MSGS, TOOLS))
+    assert reply.tool_calls_from_text and reply.tool_calls[0].name == "execute_bash"
+    assert reply.content == "Let me check." and "<tool_call>" not in reply.message["content"]
+    assert reply.message["tool_calls"][0]["function"]["name"] == "execute_bash"
+    assert not reply.usage.reported and reply.usage.prompt_tokens > 0  # estimated
+
+
+def test_retries_transient_errors(scripted, run_async):
+    srv = scripted({"turns": [{"tool": "submit", "fail": {"status": 503, "times": 2}}]})
+    reply = run_async(OpenAIChatClient("m", base_url=srv.url, max_retries=3).complete(MSGS, TOOLS))
+    assert reply.tool_calls[0].name == "submit"
+    assert [r["status"] for r in srv.requests] == [503, 503, 200]
+    srv = scripted({"turns": [{"tool": "submit", "fail": {"status": 429, "times": 1}}]})
+    reply = run_async(OpenAIChatClient("m", base_url=srv.url, max_retries=2).complete(MSGS, TOOLS))
+    assert [r["status"] for r in srv.requests] == [429, 200]
+
+
+def test_gives_up_with_a_clear_error(scripted, run_async):
+    srv = scripted({"turns": [{"tool": "submit", "fail": {"status": 500, "times": 99, "message": "boom"}}]})
+    with pytest.raises(ModelError, match="500.*boom"):
+        run_async(OpenAIChatClient("m", base_url=srv.url, max_retries=1).complete(MSGS, TOOLS))
+    assert len(srv.requests) == 2
+    with socket.socket() as s:  # a port with nobody listening
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(ModelError, match="cannot reach"):
+        run_async(OpenAIChatClient("m", base_url=f"http://127.0.0.1:{port}/v1", max_retries=0).complete(MSGS))
+
+
+def test_context_overflow_shrinks_max_tokens_then_stops(scripted, run_async):
+    srv = scripted({"context_window": 600, "turns": [{"tool": "submit"}]})
+    client = OpenAIChatClient("m", base_url=srv.url, max_tokens=4000)
+
+    async def body():
+        reply = await client.complete(MSGS, TOOLS)
+        assert reply.tool_calls[0].name == "submit" and any("context overflow" in n for n in reply.notes)
+        assert srv.requests[-1]["params"]["max_tokens"] < 600
+        huge = [{"role": "user", "content": "x" * 10_000}]  # the prompt alone overflows: stop cleanly
+        with pytest.raises(ContextLengthError):
+            await client.complete(huge, TOOLS)
+        await client.close()
+    run_async(body())

@@ -1,0 +1,233 @@
+"""The Docker sandbox: persistent shell, timeouts, big outputs, files, limits, failures."""
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from insandbox.sandbox import SandboxError, SandboxLimits
+from insandbox.sandbox.docker import LABEL, LABEL_OWNER, LABEL_RUN
+from insandbox.sandbox import engine
+
+# ps without procps: count processes whose command line starts with `sleep`
+COUNT_SLEEPS = ("n=0; for p in /proc/[0-9]*; do c=$(tr '\\0' ' ' < $p/cmdline 2>/dev/null); "
+                "case \"$c\" in sleep*) n=$((n+1));; esac; done; echo sleeps=$n")
+
+FIDELITY_CASES = {
+    "empty.txt": b"",
+    "dash_e.txt": b"-e",
+    "tabs.py": b"def f(x):\n\tif x:\n\t\treturn 1\t# tab\n",
+    "crlf.csv": b"a,b\r\n1,2\r\n",
+    "nonl.txt": b"first\nlast line without newline",
+    "utf8.txt": "héllo — ✓ 日本語 😀 e\u0301\n".encode(),
+    "latin1.txt": "caf\xe9\n".encode("latin-1"),
+    "shell.txt": b"$HOME `echo hi` $(echo hi) \\n '\"' !! \\\n",
+    "big300k.txt": (b"0123456789abcdef" * 64 + b"\n") * 300,
+    "big5m.bin": bytes(range(256)) * (5 * 1024 * 1024 // 256),
+}
+
+
+def test_shell_state_persists(sandbox_factory, run_async):
+    async def body():
+        sb = await sandbox_factory()
+        await sb.run("cd /tmp && export FOO=bar && greet() { echo hello $1; } && x=5")
+        r = await sb.run("pwd; echo $FOO; greet you; echo $x")
+        assert r.output.splitlines() == ["/tmp", "bar", "hello you", "5"]
+        assert r.exit_code == 0 and r.cwd == "/tmp"
+        await sb.close()
+    run_async(body())
+
+
+def test_exit_codes_stderr_and_empty_stdin(sandbox_factory, run_async):
+    async def body():
+        sb = await sandbox_factory()
+        r = await sb.run("echo out; echo err >&2; exit_with() { return $1; }; exit_with 7")
+        assert r.exit_code == 7 and "out" in r.output and "err" in r.output
+        r = await sb.run("cat; echo read-nothing")  # stdin is empty: cat must not hang
+        assert r.output.strip() == "read-nothing" and not r.timed_out
+        r = await sb.run("if then fi")  # a syntax error is an error, not a dead shell
+        assert r.exit_code == 2 and "syntax error" in r.output
+        assert (await sb.run("echo still here")).output == "still here\n"
+        await sb.close()
+    run_async(body())
+
+
+def test_timeout_kills_the_whole_tree(sandbox_factory, run_async):
+    async def body():
+        sb = await sandbox_factory()
+        await sb.run("sleep 300 &")  # a background job of an earlier command survives timeouts
+        r = await sb.run("(sleep 1000 & sleep 1000 & wait); echo never", timeout=1.5)
+        assert r.timed_out and "never" not in r.output
+        assert 1.5 <= r.duration_s < 6
+        left = await sb.run(COUNT_SLEEPS)
+        assert "sleeps=1" in left.output  # only the earlier background sleep 300
+        await sb.run("export KEEP=1; cd /usr")
+        r = await sb.run("setsid sleep 1000 & disown; sleep 1000", timeout=1)  # escaped its group: still found
+        assert r.timed_out
+        assert "sleeps=1" in (await sb.run(COUNT_SLEEPS)).output
+        assert (await sb.run("echo $KEEP $PWD")).output.strip() == "1 /usr"
+        await sb.close()
+    run_async(body())
+
+
+def test_timeout_aborts_the_rest_of_the_command_line(sandbox_factory, run_async):
+    """Like Ctrl-C in a terminal: nothing after the stuck part runs, in loops and functions too."""
+    async def body():
+        sb = await sandbox_factory()
+        await sb.run("cd /tmp && x=kept")
+        for cmd in ("sleep 100; touch /tmp/ran1",
+                    "f() { sleep 100; touch /tmp/ran2; }; f; touch /tmp/ran3",
+                    "while true; do :; done; touch /tmp/ran4",
+                    "g() { while :; do :; done; }; g; touch /tmp/ran5",
+                    "sleep 100 | cat; touch /tmp/ran6"):
+            r = await sb.run(cmd, timeout=0.5)
+            assert r.timed_out and not r.shell_restarted, cmd
+        r = await sb.run("ls /tmp/ran* 2>/dev/null | wc -l; echo $x $PWD")
+        assert r.output.split() == ["0", "kept", "/tmp"]  # nothing ran after; even plain variables survive
+        await sb.close()
+    run_async(body())
+
+
+def test_shell_is_restarted_with_its_state_when_it_cannot_be_unwound(sandbox_factory, run_async):
+    async def body():
+        sb = await sandbox_factory()
+        await sb.run("cd /tmp && export FOO=kept")
+        r = await sb.run("trap '' USR1; while true; do :; done", timeout=1)
+        assert r.timed_out and r.shell_restarted
+        r = await sb.run("echo $FOO $PWD")
+        assert r.output.strip() == "kept /tmp"
+        r = await sb.run("exit 3")
+        assert r.exit_code == 3 and r.shell_exited
+        assert (await sb.run("echo $FOO $PWD")).output.strip() == "kept /tmp"
+        await sb.close()
+    run_async(body())
+
+
+def test_model_cannot_kill_the_server(sandbox_factory, run_async):
+    async def body():
+        sb = await sandbox_factory()
+        r = await sb.run("pkill -9 -f python3; kill -9 1; kill -TERM 1; echo tried")
+        assert "tried" in r.output
+        assert (await sb.run("echo alive")).output == "alive\n"
+        await sb.close()
+    run_async(body())
+
+
+def test_twenty_megabyte_line_is_cut_in_the_middle(sandbox_factory, run_async):
+    async def body():
+        sb = await sandbox_factory(output_limit_chars=16000)
+        r = await sb.run("python3 -c \"import sys; sys.stdout.write('%07d ' * 2500000 % tuple(range(2500000)) + "
+                         "'\\n')\"")
+        assert r.exit_code == 0 and r.total_chars == 20_000_001
+        assert r.output.startswith("0000000 0000001") and r.output_tail.endswith("2499999 \n")
+        assert len(r.output) + len(r.output_tail) <= 16000
+        assert r.cut_chars == 20_000_001 - len(r.output) - len(r.output_tail)
+        await sb.close()
+    run_async(body())
+
+
+def test_files_are_byte_exact(sandbox_factory, run_async):
+    async def body():
+        sb = await sandbox_factory()
+        for name, data in FIDELITY_CASES.items():
+            await sb.write_file(f"/testbed/fid/{name}", data)
+        sums = (await sb.run("cd /testbed/fid && sha256sum *")).output
+        import hashlib
+        for name, data in FIDELITY_CASES.items():
+            assert f"{hashlib.sha256(data).hexdigest()}  {name}" in sums, name
+            assert await sb.read_file(f"/testbed/fid/{name}") == data, name
+        await sb.close()
+    run_async(body())
+
+
+def test_copy_in_and_out(sandbox_factory, run_async, tmp_path):
+    src = tmp_path / "in"
+    (src / "sub").mkdir(parents=True)
+    (src / "a.txt").write_bytes(b"A\r\n")
+    (src / "sub" / "b.bin").write_bytes(bytes(range(256)))
+
+    async def body():
+        sb = await sandbox_factory()
+        await sb.copy_in(src, "/testbed/input")
+        r = await sb.run("cd /testbed/input && find . -type f | sort && cat -A a.txt")
+        assert "./a.txt\n./sub/b.bin\nA^M$" in r.output
+        await sb.run("mkdir -p /testbed/output/x/y && printf 'deep' > /testbed/output/x/y/z.txt && "
+                     "ln -s /etc/passwd /testbed/output/link && printf top > /testbed/output/top.txt")
+        dest = tmp_path / "out"
+        files = await sb.copy_out("/testbed/output", dest)
+        assert sorted(files) == ["top.txt", "x/y/z.txt"]  # the symlink is not followed or copied
+        assert (dest / "x/y/z.txt").read_bytes() == b"deep"
+        assert not (dest / "link").exists()
+        assert await sb.copy_out("/testbed/nothing-here", tmp_path / "none") == []
+        await sb.close()
+    run_async(body())
+
+
+def test_labels_limits_and_cleanup(sandbox_factory, run_async):
+    async def body():
+        sb = await sandbox_factory(limits=SandboxLimits(memory="256m", cpus=0.5, pids=64, network="none"))
+        info = engine.api().inspect_container(sb.container_id)
+        labels = info["Config"]["Labels"]
+        assert labels[LABEL] == "1" and labels[LABEL_RUN] == "test" and labels[LABEL_OWNER].endswith(f":{os.getpid()}")
+        hc = info["HostConfig"]
+        assert hc["Memory"] == 256 * 1024 ** 2 and hc["NanoCpus"] == 5 * 10 ** 8 and hc["PidsLimit"] == 64
+        r = await sb.run("python3 -c \"import socket; socket.create_connection(('1.1.1.1', 80), timeout=3)\"")
+        assert r.exit_code != 0 and "Network is unreachable" in r.output
+        r = await sb.run("for i in $(seq 100); do sleep 5 & done 2>&1 | tail -1; kill $(jobs -p) 2>/dev/null; "
+                         "echo done")
+        assert "Resource temporarily unavailable" in r.output or "fork" in r.output.lower()
+        await sb.close()
+        await sb.close()  # twice is fine
+        assert subprocess.run(["docker", "inspect", sb.container_id], capture_output=True).returncode != 0
+    run_async(body())
+
+
+def test_dead_container_gives_a_clear_error(sandbox_factory, run_async):
+    async def body():
+        sb = await sandbox_factory()
+        subprocess.run(["docker", "kill", sb.container_id], check=True, capture_output=True)
+        with pytest.raises(SandboxError) as e:
+            await sb.run("echo hi")
+        assert "gone" in str(e.value) and "stopped" in str(e.value)
+        await sb.close()
+    run_async(body())
+
+
+def test_host_death_stops_the_container():
+    """A killed host process leaves no running sandbox: stdin EOF stops the server."""
+    code = ("import asyncio, os\n"
+            "from insandbox.sandbox import SandboxSpec, create_sandbox\n"
+            "async def main():\n"
+            "    sb = create_sandbox(SandboxSpec(run_id='orphan-test'))\n"
+            "    await sb.start()\n"
+            "    print(sb.container_id, flush=True)\n"
+            "    os._exit(0)\n"
+            "asyncio.run(main())\n")
+    import sys
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    cid = out.stdout.strip()
+    assert cid, out.stderr
+    try:
+        for _ in range(50):
+            state = engine.api().inspect_container(cid)["State"]
+            if not state["Running"]:
+                break
+            import time
+            time.sleep(0.1)
+        assert not state["Running"]
+    finally:
+        engine.api().remove_container(cid, force=True)
+
+
+def test_missing_image_is_reported(run_async):
+    from insandbox.sandbox import SandboxSpec, create_sandbox
+    from insandbox.sandbox.docker import ImageNotFound
+
+    async def body():
+        sb = create_sandbox(SandboxSpec(image="insandbox-no-such-image:0", run_id="x"))
+        with pytest.raises(ImageNotFound):
+            await sb.start()
+    run_async(body())
