@@ -24,7 +24,7 @@ async def main(a: argparse.Namespace) -> None:
         async with gate:
             rec = {"i": i, "t0": time.time()}
             try:
-                res = await arun(a.query, model=a.model, base_url=a.base_url, api_key="x", image=a.image,
+                res = await arun(f"{a.query} #{i}", model=a.model, base_url=a.base_url, api_key="x", image=a.image,
                                  max_steps=a.max_steps, output_dir=root / f"task{i:03d}")
                 t = res.trajectory
                 timings = t.sandbox.get("timings", {})

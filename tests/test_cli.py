@@ -114,3 +114,24 @@ def test_image_status_reports_size(docker_image):
     assert r.returncode == 0 and "MB" in r.stdout
     r = cli("image", "status", "--tag", "insandbox:does-not-exist")
     assert r.returncode == 1 and "does not exist" in r.stderr
+
+
+def test_engine_unreachable_is_a_clear_error(tmp_path):
+    r = cli("run", "x", "--model", "m", "--base-url", "http://127.0.0.1:9/v1", "--output-dir", str(tmp_path),
+            env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"})
+    assert r.returncode == 1 and "cannot reach the Docker engine" in r.stderr, r.stderr
+
+
+def test_image_is_built_on_first_use(scripted, tmp_path, docker_image):
+    """A missing insandbox:* image is built before the run (layers come from the build cache)."""
+    tag = "insandbox:first-use-test"
+    subprocess.run(["docker", "rmi", tag], capture_output=True)
+    srv = scripted({"turns": [{"tool": "submit"}]})
+    try:
+        r = cli("run", "x", "--model", "m", "--base-url", srv.url, "--output-dir", str(tmp_path), "--image", tag,
+                "-q", timeout=900)
+        assert r.returncode == 0, r.stderr
+        assert "not found: building it" in r.stdout and "built insandbox:first-use-test" in r.stdout
+        assert subprocess.run(["docker", "image", "inspect", tag], capture_output=True).returncode == 0
+    finally:
+        subprocess.run(["docker", "rmi", tag], capture_output=True)

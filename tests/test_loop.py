@@ -147,3 +147,29 @@ def test_environment_api_without_the_loop(run_async, docker_image):
         assert await env.read_answer() == "5"
         await env.close()
     run_async(body())
+
+
+def test_container_dying_mid_run_loses_nothing(scripted, run_async, tmp_path, docker_image):
+    """The engine kills the container between two steps: the run ends with sandbox_error, and
+    what the model had written (output files, answer) is still copied from the stopped container."""
+    import subprocess
+    import threading
+
+    srv = scripted({"turns": [bash("echo partial > /testbed/output/part.txt && echo 1 > /testbed/answer.txt"),
+                              bash("echo never", latency=2.0)]})
+
+    def kill_when_asked():
+        import time
+        while len(srv.requests) < 1:
+            time.sleep(0.05)
+        time.sleep(0.5)
+        import os
+        ids = containers_with_label(f"insandbox.owner={os.uname().nodename}:{os.getpid()}")  # ours only
+        for cid in ids:
+            subprocess.run(["docker", "kill", cid], capture_output=True)
+    threading.Thread(target=kill_when_asked, daemon=True).start()
+    result = run_async(arun("die", model="m", base_url=srv.url, output_dir=tmp_path, image=docker_image))
+    t = result.trajectory
+    assert t.exit_reason == "sandbox_error" and "gone" in t.exit_detail, t.exit_detail
+    assert result.files == ["part.txt"] and (tmp_path / "files/part.txt").read_text() == "partial\n"
+    assert result.answer == "1\n" and _no_containers_left(t)

@@ -44,14 +44,27 @@ class RichView:
         self.console = console or Console(highlight=False)
         self.show_steps = show_steps
         self.max_steps = max_steps
-        self._status_line = ""
+        self._spinner = None
 
     def on_status(self, text: str) -> None:
-        if text != self._status_line:
-            self._status_line = text
-            self.console.print(f"[dim]· {escape(text)}[/dim]")
+        """A lasting message (e.g. 'building the image')."""
+        self._stop_spinner()
+        self.console.print(f"[dim]· {escape(text)}[/dim]")
+
+    def on_progress(self, text: str) -> None:
+        """A transient line under a spinner (e.g. the image build's current step)."""
+        if self._spinner is None:
+            self._spinner = self.console.status("", spinner="dots")
+            self._spinner.start()
+        self._spinner.update(escape(text[:150]))
+
+    def _stop_spinner(self) -> None:
+        if self._spinner is not None:
+            self._spinner.stop()
+            self._spinner = None
 
     def on_start(self, traj: Trajectory, run_dir: Path) -> None:
+        self._stop_spinner()
         c = traj.config
         where = f" @ {c.get('base_url')}" if c.get("base_url") else ""
         self.console.print(f"[bold]insandbox[/bold] · {traj.mode} mode · model [cyan]{escape(str(c.get('model')))}"

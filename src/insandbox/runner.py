@@ -41,6 +41,8 @@ class RunObserver(Protocol):
 
     def on_status(self, text: str) -> None: ...
 
+    def on_progress(self, text: str) -> None: ...
+
     def on_start(self, traj: Trajectory, run_dir: Path) -> None: ...
 
     def on_step(self, step: StepRecord, traj: Trajectory) -> None: ...
@@ -50,6 +52,9 @@ class RunObserver(Protocol):
 
 class _Quiet:
     def on_status(self, text: str) -> None:
+        pass
+
+    def on_progress(self, text: str) -> None:
         pass
 
     def on_start(self, traj: Trajectory, run_dir: Path) -> None:
@@ -115,7 +120,7 @@ async def ensure_image(cfg: RunConfig, observer: RunObserver) -> None:
     if not cfg.build_image or cfg.image.split(":")[0] != "insandbox":
         raise SandboxError(f"image {cfg.image!r} not found (build it, or pull it into the engine)")
     observer.on_status(f"image {cfg.image} not found: building it (once, a few minutes)")
-    info = await engine.call(image.build_image, cfg.image, progress=observer.on_status)
+    info = await engine.call(image.build_image, cfg.image, progress=observer.on_progress)
     observer.on_status(f"built {info.tag}: {info.size_bytes / 1e6:,.0f} MB")
 
 
