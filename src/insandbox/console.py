@@ -31,7 +31,8 @@ def describe_call(call: ToolCallRecord) -> str:
     if not isinstance(args, dict):
         return f"{call.name} (unreadable arguments)"
     if call.name == "execute_bash":
-        return "$ " + str(args.get("command", "")).strip().replace("\n", "\n  ")
+        lines, more = _clip_lines(str(args.get("command", "")).strip(), 6)
+        return "$ " + "\n  ".join(lines) + (f"\n  … ({more} more lines)" if more else "")
     if call.name == "str_replace_editor":
         return f"✎ {args.get('command', '?')} {args.get('path', '')}"
     if call.name == "submit":
@@ -80,6 +81,9 @@ class RichView:
         tokens = f"{step.prompt_tokens:,}→{step.completion_tokens:,} tok"
         self.console.rule(f"[bold]step {step.index}{total}[/bold] · model {step.model_latency_s:.2f}s · {tokens}",
                           align="left", style="blue")
+        if step.reasoning and step.reasoning.strip():
+            lines, more = _clip_lines(step.reasoning.strip(), 2)
+            self.console.print("[magenta dim]thinking: " + escape(" ".join(lines)) + (" …" if more else "") + "[/]")
         if step.content and step.content.strip():
             lines, more = _clip_lines(step.content.strip(), 3)
             self.console.print("[dim]" + escape("\n".join(lines)) + (" …" if more else "") + "[/dim]")
