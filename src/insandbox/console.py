@@ -83,8 +83,8 @@ class RichView:
             return
         total = f"/{self.max_steps}" if self.max_steps else ""
         tokens = f"{step.prompt_tokens:,}→{step.completion_tokens:,} tok"
-        self.console.rule(f"[bold]step {step.index}{total}[/bold] · model {step.model_latency_s:.2f}s · {tokens}",
-                          align="left", style="blue")
+        self.console.print(f"[blue]──[/blue] [bold]step {step.index}{total}[/bold] · model {step.model_latency_s:.2f}s · "
+                           f"{tokens} [blue]──[/blue]")
         if step.reasoning and step.reasoning.strip():
             lines, more = _clip_lines(step.reasoning.strip(), 2)
             self.console.print("[magenta dim]thinking: " + escape(" ".join(lines)) + (" …" if more else "") + "[/]")
@@ -130,5 +130,5 @@ class RichView:
         if result.answer is not None:
             lines, more = _clip_lines(result.answer.strip(), 6)
             table.add_row("answer", escape("\n".join(lines)) + (" …" if more else ""))
-        self.console.rule(style="blue")
+        self.console.print("[blue]" + "─" * 60 + "[/blue]")
         self.console.print(table)
