@@ -2,10 +2,10 @@
 # Install everything insandbox needs on a Debian or Ubuntu machine (run as root), idempotently:
 #   system packages (Docker engine, debootstrap, Python venv, a C++ toolchain) -> a running Docker
 #   engine -> the llama.cpp wheel for the embedded model (built once, cached) -> .venv with
-#   insandbox[dev,local] -> the sandbox image.
+#   insandbox[dev,local,bench] -> the sandbox image.
 # Re-running it only does what is missing.
 #
-# Env: INSANDBOX_EXTRAS        pip extras to install (default: dev,local)
+# Env: INSANDBOX_EXTRAS        pip extras to install (default: dev,local,bench)
 #      INSANDBOX_WHEEL_CACHE   where the built llama-cpp-python wheel is kept (default ~/.cache/insandbox/wheels)
 #      INSANDBOX_LLAMA_VERSION llama-cpp-python version to build (default 0.3.36)
 #      INSANDBOX_SKIP_IMAGE=1  do not build the sandbox image
@@ -58,7 +58,7 @@ if [ ! -x .venv/bin/python ]; then
   log "creating .venv"
   python3 -m venv .venv
 fi
-extras=${INSANDBOX_EXTRAS:-dev,local}
+extras=${INSANDBOX_EXTRAS:-dev,local,bench}
 wheel=""
 if [[ ",$extras," == *",local,"* ]]; then
   # llama.cpp for the embedded model. A native build crashes on machines whose CPU reports

@@ -17,6 +17,19 @@ IMAGE = os.environ.get("INSANDBOX_TEST_IMAGE", "insandbox:latest")
 REPO = Path(__file__).resolve().parents[1]
 
 
+def _shared_data() -> Path:
+    """The development data sets (../shared/data beside the checkout); never shipped with the product."""
+    for cand in (os.environ.get("INSANDBOX_SHARED_DATA"), REPO.parent / "shared" / "data", Path("/work/shared/data")):
+        if cand and (Path(cand) / "bench").is_dir():
+            return Path(cand)
+    raise RuntimeError("development data not found: set INSANDBOX_SHARED_DATA to the shared/data folder")
+
+
+SHARED_DATA = _shared_data()
+# IFBench's checks tokenize with NLTK; offline, point NLTK at the copies of its data in shared/
+os.environ.setdefault("NLTK_DATA", str(SHARED_DATA / "nltk_data"))
+
+
 @pytest.fixture(scope="session")
 def docker_image() -> str:
     """The sandbox image, built if missing (scripts/setup.sh normally did it already)."""

@@ -127,7 +127,7 @@ def test_llm_mode_is_one_plain_completion(scripted, run_async, tmp_path):
     assert result.exit_reason == "completed" and result.answer == "The answer is 42."
     req = srv.requests[0]
     assert req["tools"] is None and len(srv.requests) == 1
-    assert 'What is 6*7?\n\n<file name="notes.txt">\na hint\n</file>' in req["messages"][-1]["content"]
+    assert 'What is 6*7?\n\n<document name="notes.txt">\na hint\n</document>' in req["messages"][-1]["content"]
     assert (tmp_path / "answer.txt").read_text() == "The answer is 42."
 
 

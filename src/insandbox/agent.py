@@ -78,8 +78,7 @@ async def run_sandbox_loop(env: SandboxEnv, model: ModelClient, task: Task, traj
 async def run_llm_once(model: ModelClient, task: Task, prompts: PromptConfig, traj: Trajectory,
                        on_step: Optional[StepHook] = None) -> Optional[str]:
     """Plain mode: the same task as one completion without tools; returns the reply text."""
-    statement = task.prompt + _inline_files(task)
-    messages = prompts.llm_messages(statement)
+    messages = prompts.llm_messages(task.prompt, documents_text(task))
     traj.messages = messages
     started = time.time()
     try:
@@ -124,8 +123,8 @@ def _step_record(index: int, started: float, reply: ModelReply, result: Optional
     return step
 
 
-def _inline_files(task: Task) -> str:
-    """Plain mode has no sandbox: text input files go into the prompt instead."""
+def documents_text(task: Task) -> str:
+    """Plain mode has no sandbox: the text of the input files goes into the prompt instead."""
     files: dict[str, bytes] = {}
     if task.input_dir is not None:
         for p in sorted(task.input_dir.rglob("*")):
@@ -136,7 +135,7 @@ def _inline_files(task: Task) -> str:
     parts = []
     for name, data in files.items():
         if b"\0" in data[:8192]:
-            parts.append(f'<file name="{name}">(binary file, {len(data)} bytes, not shown)</file>')
+            parts.append(f'<document name="{name}">(binary file, {len(data)} bytes, not shown)</document>')
         else:
-            parts.append(f'<file name="{name}">\n{data.decode("utf-8", "replace")}\n</file>')
-    return ("\n\n" + "\n\n".join(parts)) if parts else ""
+            parts.append(f'<document name="{name}">\n{data.decode("utf-8", "replace")}\n</document>')
+    return "\n\n".join(parts)

@@ -102,7 +102,7 @@ def run(
     from rich.console import Console
 
     from .config import ConfigError
-    from .console import RichView
+    from .console import RichView, make_console
     from .runner import arun
     from .sandbox.base import SandboxError
 
@@ -125,7 +125,7 @@ def run(
                     memory=None if memory.lower() in ("none", "0", "") else memory, cpus=cpus or None,
                     pids_limit=pids_limit or None, network=network, env=_parse_env(env), output_limit=output_limit,
                     max_retries=max_retries)
-    view = RichView(Console(stderr=json_out, highlight=False), show_steps=not quiet, max_steps=max_steps)
+    view = RichView(make_console(stderr=json_out), show_steps=not quiet, max_steps=max_steps)
     try:
         result, sig = _run_until_done(lambda: arun(query, observer=view, **settings))
     except (ConfigError, FileNotFoundError) as e:
@@ -141,6 +141,131 @@ def run(
                                "totals": t.totals.model_dump()}, ensure_ascii=False))
     if result.exit_reason in ERROR_REASONS:
         raise typer.Exit(1)
+
+
+@app.command()
+def bench(
+    task: Optional[str] = typer.Argument(None, help="A built-in task (math, physics, chem, biomed, long_context, "
+                                                    "instruct_follow) or a task YAML file."),
+    model: Optional[str] = typer.Option(None, help="Model name [env INSANDBOX_MODEL]."),
+    base_url: Optional[str] = typer.Option(None, help="OpenAI-compatible endpoint [env INSANDBOX_BASE_URL]."),
+    api_key: Optional[str] = typer.Option(None, help="API key [env INSANDBOX_API_KEY, then OPENAI_API_KEY]."),
+    gguf: Optional[Path] = typer.Option(None, help="Serve this local GGUF model (default with no model: the embedded one)."),
+    data: Optional[Path] = typer.Option(None, help="Local JSON/JSONL rows instead of the hub dataset."),
+    mode: str = typer.Option("sandbox", help="sandbox, llm or both (both runs the same items in both modes)."),
+    repeats: Optional[int] = typer.Option(None, help="Samples per item and mode (default: the task's)."),
+    limit: Optional[int] = typer.Option(None, help="Only the first N rows."),
+    ids: Optional[str] = typer.Option(None, help="Only these row ids (comma-separated)."),
+    concurrency: int = typer.Option(8, help="Samples in flight at once, each in its own sandbox."),
+    retries: int = typer.Option(2, help="Retries of a sample whose model server or sandbox failed."),
+    output_dir: Optional[Path] = typer.Option(None, help="Run folder (default runs/bench-<task>-<timestamp>)."),
+    resume: Optional[Path] = typer.Option(None, help="Finish this earlier run (its settings; done samples are kept)."),
+    max_steps: Optional[int] = typer.Option(None, help="Model calls per sample (default 100)."),
+    temperature: Optional[float] = typer.Option(None),
+    max_tokens: Optional[int] = typer.Option(None),
+    extra_body: Optional[str] = typer.Option(None, help="JSON merged into each request."),
+    image: str = typer.Option("insandbox:latest"),
+    timeout_per_command: float = typer.Option(120.0),
+    token_budget: Optional[int] = typer.Option(None, help="Per sample."),
+    time_limit: Optional[float] = typer.Option(None, help="Seconds per sample."),
+    memory: str = typer.Option("4g"),
+    cpus: float = typer.Option(2.0),
+    pids_limit: int = typer.Option(1024),
+    network: str = typer.Option("bridge"),
+    judge_model: Optional[str] = typer.Option(None, help="LLM judge for physics and long_context (else an offline, "
+                                                         "labelled approximation)."),
+    judge_base_url: Optional[str] = typer.Option(None, help="The judge's endpoint (default: the model's)."),
+    judge_api_key: Optional[str] = typer.Option(None),
+    judge_prompt: Optional[Path] = typer.Option(None, help="Judge prompt file with {question}, {ground_truth}, "
+                                                           "{answer}."),
+    list_tasks: bool = typer.Option(False, "--list", help="List the built-in tasks and exit."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+) -> None:
+    """Benchmark a model on a task, in sandbox mode, plain mode or both."""
+    from rich.console import Console
+
+    from .bench.data import DataError
+    from .bench.progress import RichBenchProgress
+    from .bench.report import rich_tables, write_report
+    from .bench.runner import BenchAborted, BenchConfig, run_bench
+    from .bench.tasks import builtin_tasks, load_task
+    from .config import ConfigError, RunConfig
+    from .console import make_console
+    from .sandbox.base import SandboxError
+
+    console = make_console()
+    if list_tasks:
+        for name in builtin_tasks():
+            spec = load_task(name)
+            typer.echo(f"{name:<16} repeats {spec.repeats:<3} scorer {spec.scorer:<8} {spec.description}")
+        return
+    if resume is None and not task:
+        _fail("name a task (insandbox bench --list), or --resume RUN_DIR")
+    if mode not in ("sandbox", "llm", "both"):
+        _fail("--mode is sandbox, llm or both")
+    try:
+        body = json.loads(extra_body) if extra_body else None
+    except ValueError as e:
+        _fail(f"--extra-body is not valid JSON: {e}")
+    run_settings = dict(model=model, base_url=base_url, api_key=api_key, gguf=gguf, temperature=temperature,
+                        max_tokens=max_tokens, extra_body=body, image=image, timeout_per_command=timeout_per_command,
+                        token_budget=token_budget, time_limit=time_limit,
+                        memory=None if memory.lower() in ("none", "0", "") else memory, cpus=cpus or None,
+                        pids_limit=pids_limit or None, network=network)
+    if max_steps is not None:
+        run_settings["max_steps"] = max_steps
+    try:
+        cfg = BenchConfig(task=task or "resume", data=data, mode=mode, repeats=repeats, limit=limit,
+                          ids=[i.strip() for i in ids.split(",") if i.strip()] if ids else None,
+                          concurrency=concurrency, retries=retries, output_dir=output_dir, judge_model=judge_model,
+                          judge_base_url=judge_base_url or base_url, judge_api_key=judge_api_key,
+                          judge_prompt=judge_prompt, run=RunConfig(**run_settings))
+    except ValueError as e:
+        _fail(str(e))
+    progress = RichBenchProgress(console, label=(Path(task).stem if task else "resume"))
+    if quiet:
+        from .bench.runner import _Quiet
+        progress = _Quiet()
+    try:
+        result, sig = _run_until_done(lambda: run_bench(cfg, progress, resume=resume,
+                                                        concurrency=concurrency if resume else None))
+    except (ConfigError, DataError, ValueError, FileNotFoundError) as e:
+        _fail(str(e))
+    except (SandboxError, BenchAborted) as e:
+        _fail(str(e), 1)
+    finally:
+        if hasattr(progress, "close"):
+            progress.close()
+    if sig is not None:
+        raise typer.Exit(128 + sig)
+    out, report = write_report([result.run_dir], plots=False)
+    for table in rich_tables(report):
+        console.print(table)
+    console.print(f"results: {result.run_dir / 'results.jsonl'}  summary: {result.run_dir / 'summary.json'}  "
+                  f"report: insandbox report {result.run_dir}")
+
+
+@app.command()
+def report(
+    run_dirs: list[Path] = typer.Argument(..., help="Benchmark run folders (several: compared side by side)."),
+    out: Optional[Path] = typer.Option(None, help="Where to write report.md and the figures (default: "
+                                                  "<first run>/report)."),
+    plots: bool = typer.Option(True, help="Draw the PNG figures."),
+) -> None:
+    """Accuracy with confidence intervals, sandbox vs plain, capability usage, tokens and time."""
+    from rich.console import Console
+
+    from .bench.report import rich_tables, write_report
+    from .console import make_console
+
+    try:
+        out_dir, data = write_report(run_dirs, out, plots=plots)
+    except ValueError as e:
+        _fail(str(e))
+    console = make_console()
+    for table in rich_tables(data):
+        console.print(table)
+    console.print(f"report: {out_dir / 'report.md'}")
 
 
 @image_app.command("build")

@@ -17,6 +17,14 @@ REASON_STYLE = {"submitted": "green", "completed": "green", "max_steps": "yellow
                 "time_limit": "yellow", "interrupted": "yellow"}
 
 
+def make_console(stderr: bool = False) -> Console:
+    """A console that does not wrap at 80 columns when it writes to a log or a pipe."""
+    console = Console(stderr=stderr, highlight=False)
+    if not console.is_terminal:
+        console.width = max(console.width, 200)
+    return console
+
+
 def _clip_lines(text: str, n: int = PREVIEW_LINES, width: int = 160) -> tuple[list[str], int]:
     lines = text.splitlines()
     return [ln if len(ln) <= width else ln[:width] + "…" for ln in lines[:n]], max(len(lines) - n, 0)
@@ -42,9 +50,7 @@ def describe_call(call: ToolCallRecord) -> str:
 
 class RichView:
     def __init__(self, console: Optional[Console] = None, show_steps: bool = True, max_steps: Optional[int] = None):
-        self.console = console or Console(highlight=False)
-        if not self.console.is_terminal:  # logs and pipes: no 80-column wrapping of paths and commands
-            self.console.width = max(self.console.width, 200)
+        self.console = console or make_console()
         self.show_steps = show_steps
         self.max_steps = max_steps
         self._spinner = None

@@ -20,7 +20,7 @@ from .config import ConfigError, RunConfig
 from .env import EnvConfig, SandboxEnv, Task
 from .models.base import ModelClient
 from .models.openai_compat import OpenAIChatClient
-from .prompts import load_prompt_config
+from .prompts import PromptConfig, load_prompt_config
 from .sandbox.base import SandboxError, SandboxLimits
 from .trajectory import StepRecord, Trajectory
 
@@ -145,12 +145,15 @@ async def ensure_image(cfg: RunConfig, observer: RunObserver) -> None:
 
 
 async def arun(query: str, config: Optional[RunConfig] = None, *, observer: Optional[RunObserver] = None,
-               model_client: Optional[ModelClient] = None, task_id: str = "",
-               input_files: Optional[dict] = None, **overrides: Any) -> RunResult:
-    """Run one task. Keyword overrides are RunConfig fields (model=..., max_steps=...)."""
+               model_client: Optional[ModelClient] = None, task_id: str = "", input_files: Optional[dict] = None,
+               prompts: Optional[PromptConfig] = None, **overrides: Any) -> RunResult:
+    """Run one task. Keyword overrides are RunConfig fields (model=..., max_steps=...).
+    `model_client` (kept open) and `prompts` (instead of a prompt-config file) let a caller
+    such as the benchmark runner share one client and its own prompts across many runs."""
     cfg = settings(config, overrides)
     observer = observer or _Quiet()
-    prompts = load_prompt_config(cfg.prompt_config)
+    prompt_source = str(cfg.prompt_config or ("given by the caller" if prompts else "default"))
+    prompts = prompts or load_prompt_config(cfg.prompt_config)
     task = Task(prompt=query, id=task_id, input_dir=cfg.input_dir, input_files=dict(input_files or {}))
     if cfg.mode == "sandbox":
         await ensure_image(cfg, observer)
@@ -164,7 +167,7 @@ async def arun(query: str, config: Optional[RunConfig] = None, *, observer: Opti
     traj = Trajectory(run_id=run_id, mode=cfg.mode, config={**cfg.public(), **model_info},
                       task={"id": task_id, "prompt": query, "input_dir": str(cfg.input_dir) if cfg.input_dir else None,
                             "input_files": sorted(task.input_files),
-                            "prompt_config": str(cfg.prompt_config or "default")})
+                            "prompt_config": prompt_source})
     result = RunResult(run_dir, traj)
     save = lambda: traj.save(run_dir / "trajectory.json")  # noqa: E731
     observer.on_start(traj, run_dir)

@@ -108,11 +108,12 @@ class OpenAIChatClient:
         notes: list[str] = []
         t0 = time.perf_counter()
         shrinks = 0
+        call_params: dict[str, Any] = {}  # this call's own max_tokens after a context overflow
         while True:
             # The conversation and tool schemas travel in `extra_body`, which the SDK merges
             # into the JSON as is: its per-request deep transform of typed params costs ~0.25 ms
             # per message (~50 ms a call at 100 steps) and does nothing for plain JSON dicts.
-            kwargs = dict(self.params)
+            kwargs = {**self.params, **call_params}
             body = dict(kwargs.pop("extra_body", None) or {}, messages=messages)
             if tools:
                 body["tools"] = tools
@@ -125,11 +126,12 @@ class OpenAIChatClient:
                     continue
                 if CONTEXT_ERROR.search(text):
                     key = "max_completion_tokens" if "max_completion_tokens" in self.params else "max_tokens"
-                    smaller = shrink_max_tokens(text, self.params.get(key)) if shrinks < MAX_SHRINKS else None
+                    current = call_params.get(key, self.params.get(key))
+                    smaller = shrink_max_tokens(text, current) if shrinks < MAX_SHRINKS else None
                     if smaller is None:
                         raise ContextLengthError(f"the conversation no longer fits the model's context: {text}") from e
-                    notes.append(f"context overflow: {key} {self.params.get(key)} -> {smaller}")
-                    self.params[key] = smaller
+                    notes.append(f"context overflow: {key} {current} -> {smaller}")
+                    call_params[key] = smaller
                     shrinks += 1
                     continue
                 raise ModelError(f"the model server rejected the request (400): {text}") from e

@@ -21,8 +21,10 @@ Script (JSON or YAML), one entry per model turn:
 `arguments` may be a raw string (to send malformed JSON). Past the last turn the
 server answers `submit`. Script-level keys: `latency` (seconds per call),
 `context_window` (answer 400 like vLLM when prompt + max_tokens exceed it), `usage:
-false` (send no usage), `match` (with several scripts: pick the one whose `match`
-text appears in the first user message; else the script whose `name` is the model).
+false` (send no usage), `llm_turns` (played instead of `turns` when the request offers no
+tools, i.e. plain mode), `match` (with several scripts: pick the one whose `match` text
+appears in the first user message, the longest such; else the script whose `name` is
+the model).
 """
 from __future__ import annotations
 
@@ -50,12 +52,18 @@ def load_script(source: ScriptLike) -> list[dict]:
             data = json.loads(text)
     else:
         data = source
-    if isinstance(data, dict) and "scripts" in data:
-        data = data["scripts"]
-    scripts = data if isinstance(data, list) and (not data or "turns" in data[0]) else [data]
+    if isinstance(data, dict) and "scripts" in data:  # several scripts
+        scripts = data["scripts"]
+    elif isinstance(data, list) and data and all(isinstance(x, dict) and ("turns" in x or "llm_turns" in x)
+                                                for x in data):
+        scripts = data
+    elif isinstance(data, list):  # a bare list of turns
+        scripts = [{"turns": data}]
+    else:
+        scripts = [data]
     out = []
     for s in scripts:
-        s = {"turns": s} if isinstance(s, list) else dict(s)
+        s = dict(s)
         s.setdefault("turns", [])
         out.append(s)
     return out
@@ -99,9 +107,9 @@ class _State:
             self.requests.append(rec)
 
     def pick(self, model: str, first_user: str) -> dict:
-        for s in self.scripts:
-            if s.get("match") and s["match"] in first_user:
-                return s
+        matching = [s for s in self.scripts if s.get("match") and s["match"] in first_user]
+        if matching:
+            return max(matching, key=lambda s: len(s["match"]))
         for s in self.scripts:
             if s.get("name") and s["name"] == model:
                 return s
@@ -160,7 +168,7 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(404, {"error": {"message": str(e)}})
         conv = hashlib.sha256(first_user.encode()).hexdigest()[:12]
         index = sum(1 for m in messages if m.get("role") == "assistant")
-        turns = script["turns"]
+        turns = script["llm_turns"] if not req.get("tools") and "llm_turns" in script else script["turns"]
         turn = turns[index] if index < len(turns) else {"tool": "submit"}
         record = {"conv": conv, "turn": index, "t_recv": t_recv, "messages": messages, "tools": req.get("tools"),
                   "params": {k: v for k, v in req.items() if k not in ("messages", "tools")}}

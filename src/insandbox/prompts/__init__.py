@@ -37,10 +37,16 @@ class PromptConfig(BaseModel):
         return [{"role": "system", "content": self.fill(self.system_prompt)},
                 {"role": "user", "content": self.fill(self.instance_prompt, problem_statement)}]
 
-    def llm_messages(self, problem_statement: str) -> list[dict]:
+    def llm_messages(self, problem_statement: str, documents: str = "") -> list[dict]:
+        """Plain mode. The input files' text goes where the template says {documents},
+        else after the problem statement."""
         default = load_prompt_config()
         system = self.llm_system_prompt if self.llm_system_prompt is not None else default.llm_system_prompt
         instance = self.llm_instance_prompt or default.llm_instance_prompt or "{problem_statement}"
+        if "{documents}" in instance:
+            instance = instance.replace("{documents}", documents)
+        elif documents:
+            problem_statement = f"{problem_statement}\n\n{documents}"
         messages = [{"role": "system", "content": self.fill(system)}] if system else []
         return messages + [{"role": "user", "content": self.fill(instance, problem_statement)}]
 

@@ -1,0 +1,125 @@
+"""PNG figures of a report (matplotlib, no display needed)."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+MODE_COLORS = {"sandbox": "#2a7ab9", "llm": "#d9822b"}
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _labels(rows: list[dict]) -> list[str]:
+    models = {r["model"] for r in rows}
+    return [f"{r['task']}" if len(models) == 1 else f"{r['task']}\n{r['model']}" for r in rows]
+
+
+def accuracy_figure(data: dict, out: Path) -> Path:
+    plt = _plt()
+    keys = sorted({(a["model"], a["task"]) for a in data["accuracy"]})
+    modes = sorted({a["mode"] for a in data["accuracy"]}, key=lambda m: m != "sandbox")
+    fig, ax = plt.subplots(figsize=(max(5, 1.6 * len(keys) * len(modes)), 4))
+    width = 0.8 / len(modes)
+    for j, mode in enumerate(modes):
+        xs, ys, err = [], [], [[], []]
+        for i, key in enumerate(keys):
+            a = next((a for a in data["accuracy"] if (a["model"], a["task"]) == key and a["mode"] == mode), None)
+            if not a or a["accuracy"] is None:
+                continue
+            xs.append(i + (j - (len(modes) - 1) / 2) * width)
+            ys.append(100 * a["accuracy"])
+            lo, hi = a["ci95"] or (a["accuracy"], a["accuracy"])
+            err[0].append(100 * (a["accuracy"] - lo))
+            err[1].append(100 * (hi - a["accuracy"]))
+        ax.bar(xs, ys, width, yerr=err, capsize=3, label=mode, color=MODE_COLORS.get(mode))
+    ax.set_xticks(range(len(keys)))
+    ax.set_xticklabels(_labels([{"model": m, "task": t} for m, t in keys]))
+    ax.set_ylabel("accuracy (%)")
+    ax.set_ylim(0, 105)
+    ax.set_title("Accuracy with 95% intervals")
+    ax.legend()
+    fig.tight_layout()
+    path = out / "accuracy.png"
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def capability_figure(data: dict, out: Path) -> Path:
+    plt = _plt()
+    rows = data["capabilities"]
+    fig, ax = plt.subplots(figsize=(max(5, 1.8 * len(rows)), 4))
+    caps = (("external", "external resources"), ("file", "file management"), ("computation", "computation"))
+    width = 0.8 / len(caps)
+    for j, (key, label) in enumerate(caps):
+        ax.bar([i + (j - 1) * width for i in range(len(rows))], [100 * r[f"{key}_rate"] for r in rows], width,
+               label=label)
+    ax.set_xticks(range(len(rows)))
+    ax.set_xticklabels(_labels(rows))
+    ax.set_ylabel("share of turns (%)")
+    ax.set_ylim(0, 105)
+    ax.set_title("Capability usage in sandbox mode")
+    ax.legend()
+    fig.tight_layout()
+    path = out / "capabilities.png"
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def token_figure(data: dict, out: Path) -> Path:
+    plt = _plt()
+    rows = data["tokens"]
+    fig, ax = plt.subplots(figsize=(max(5, 1.4 * len(rows)), 4))
+    bottom = [0.0] * len(rows)
+    for key, label in (("initial_prompt_tokens", "initial prompt"), ("completion_tokens", "completion"),
+                       ("env_tokens", "environment")):
+        vals = [0.0 if math.isnan(r[key]) else r[key] for r in rows]
+        ax.bar(range(len(rows)), vals, 0.6, bottom=bottom, label=label)
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    ax.set_xticks(range(len(rows)))
+    ax.set_xticklabels([f"{lab}\n{r['mode']}" for lab, r in zip(_labels(rows), rows)])
+    ax.set_ylabel("tokens per sample")
+    ax.set_title("Where the tokens of a sample come from")
+    ax.legend()
+    fig.tight_layout()
+    path = out / "tokens.png"
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def time_figure(data: dict, out: Path) -> Path:
+    plt = _plt()
+    rows = [t for t in data["time"] if t["mode"] == "sandbox"] or data["time"]
+    fig, ax = plt.subplots(figsize=(max(5, 1.4 * len(rows)), 4))
+    model = [0.0 if math.isnan(r["model_share"]) else 100 * r["model_share"] for r in rows]
+    tool = [0.0 if math.isnan(r["tool_share"]) else 100 * r["tool_share"] for r in rows]
+    other = [max(0.0, 100 - m - t) for m, t in zip(model, tool)]
+    ax.bar(range(len(rows)), model, 0.6, label="model")
+    ax.bar(range(len(rows)), tool, 0.6, bottom=model, label="tools")
+    ax.bar(range(len(rows)), other, 0.6, bottom=[m + t for m, t in zip(model, tool)], label="other", color="#bbbbbb")
+    ax.set_xticks(range(len(rows)))
+    ax.set_xticklabels(_labels(rows))
+    ax.set_ylabel("share of wall time (%)")
+    ax.set_title("Model time and tool time")
+    ax.legend()
+    fig.tight_layout()
+    path = out / "time.png"
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def all_figures(data: dict, out: Path) -> list[str]:
+    figures = [accuracy_figure(data, out), token_figure(data, out), time_figure(data, out)]
+    if data["capabilities"]:
+        figures.insert(1, capability_figure(data, out))
+    return [str(f) for f in figures]

@@ -1,0 +1,1 @@
+"""Benchmarks: tasks, data, prompts, scorers, the concurrent runner and the report."""

@@ -1,0 +1,53 @@
+"""The benchmark's progress bar: done/total, accuracy so far, errors, tokens, ETA."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+
+class RichBenchProgress:
+    def __init__(self, console: Optional[Console] = None, label: str = ""):
+        self.console = console or Console(highlight=False)
+        self.label = label
+        self.progress: Optional[Progress] = None
+        self.bar = None
+        self.scores: dict[str, list[float]] = {}
+        self.tokens = 0
+        self.errors = 0
+
+    def on_status(self, text: str) -> None:
+        self.console.print(f"[dim]· {escape(text)}[/dim]")
+
+    def on_progress(self, text: str) -> None:
+        pass  # image build lines: the bar is not up yet; on_status says what happens
+
+    def on_start(self, total: int, already_done: int, run_dir: Path) -> None:
+        self.console.print(f"run folder: {escape(str(run_dir))}" +
+                           (f" ({already_done} of {total} samples already done)" if already_done else ""))
+        self.progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TextColumn("{task.fields[acc]}"), TextColumn("{task.fields[tok]}"),
+                                 TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
+                                 console=self.console, transient=False)
+        self.progress.start()
+        self.bar = self.progress.add_task(self.label or "bench", total=total, completed=already_done,
+                                          acc="", tok="")
+
+    def on_sample(self, record: dict) -> None:
+        if record.get("error"):
+            self.errors += 1
+        elif record.get("score") is not None:
+            self.scores.setdefault(record["mode"], []).append(float(record["score"]))
+        self.tokens += (record.get("prompt_tokens") or 0) + (record.get("completion_tokens") or 0)
+        acc = " ".join(f"{m} {sum(v) / len(v):.1%}" for m, v in sorted(self.scores.items()) if v)
+        if self.errors:
+            acc += f" [red]{self.errors} errors[/red]"
+        if self.progress is not None:
+            self.progress.update(self.bar, advance=1, acc=acc, tok=f"{self.tokens / 1e3:,.0f}k tok")
+
+    def close(self) -> None:
+        if self.progress is not None:
+            self.progress.stop()

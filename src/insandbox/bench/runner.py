@@ -1,0 +1,275 @@
+"""`insandbox bench`: run a task's rows in sandbox mode, plain mode or both, concurrently.
+
+A sample is one (row, repeat, mode). Each runs as an ordinary `arun` (its own sandbox,
+its own run folder under samples/), all sharing one model client; up to `concurrency`
+are in flight. The moment a sample is scored its record is appended to results.jsonl,
+so a killed run loses nothing and `--resume RUN_DIR` runs only what is missing.
+Failures of the infrastructure (the model server or the sandbox) are retried, and if
+they persist the sample is recorded as an error, apart from wrong answers; ten such
+failures in a row stop the run, since something is down.
+"""
+from __future__ import annotations
+
+import asyncio
+import datetime as _dt
+import json
+import re
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, Optional, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .. import trajectory as T
+from ..analysis.accounting import token_breakdown
+from ..config import ConfigError, RunConfig
+from ..models.base import ModelClient
+from ..models.openai_compat import OpenAIChatClient
+from ..runner import arun, ensure_image, make_model_client
+from . import stats
+from .data import Row, load_rows
+from .scorers import JudgeSettings, Scorer, make_scorer
+from .store import ResultStore, latest
+from .tasks import TaskSpec, load_task
+
+INFRA = (T.MODEL_ERROR, T.SANDBOX_ERROR)
+MAX_CONSECUTIVE_INFRA = 10
+BENCH_FILE = "bench.json"
+SUMMARY_FILE = "summary.json"
+
+
+class BenchAborted(RuntimeError):
+    pass
+
+
+class BenchConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    task: str  # a built-in task name or a task YAML path
+    data: Optional[Path] = None  # local JSON/JSONL rows instead of the task's hub dataset
+    mode: Literal["sandbox", "llm", "both"] = "sandbox"
+    repeats: Optional[int] = Field(default=None, ge=1)  # default: the task's
+    limit: Optional[int] = Field(default=None, ge=1)
+    ids: Optional[list[str]] = None
+    concurrency: int = Field(default=8, ge=1)
+    retries: int = Field(default=2, ge=0)  # per sample, for infrastructure failures
+    output_dir: Optional[Path] = None
+    runs_root: Path = Path("runs")
+    judge_model: Optional[str] = None
+    judge_base_url: Optional[str] = None
+    judge_api_key: Optional[str] = Field(default=None, repr=False)
+    judge_prompt: Optional[Path] = None
+    run: RunConfig = Field(default_factory=RunConfig)  # model, sandbox and loop settings of every sample
+
+    def public(self) -> dict:
+        data = self.model_dump(mode="json", exclude={"judge_api_key", "run"})
+        data["run"] = self.run.public()
+        return data
+
+
+class BenchProgress(Protocol):
+    def on_status(self, text: str) -> None: ...
+
+    def on_start(self, total: int, already_done: int, run_dir: Path) -> None: ...
+
+    def on_sample(self, record: dict) -> None: ...
+
+
+class _Quiet:
+    def on_status(self, text: str) -> None:
+        pass
+
+    def on_progress(self, text: str) -> None:
+        pass
+
+    def on_start(self, total: int, already_done: int, run_dir: Path) -> None:
+        pass
+
+    def on_sample(self, record: dict) -> None:
+        pass
+
+
+@dataclass
+class BenchResult:
+    run_dir: Path
+    summary: dict
+    records: list[dict] = field(default_factory=list)
+
+
+def safe_name(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text)[:120] or "_"
+
+
+def default_run_dir(root: Path, task: str) -> Path:
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return Path(root) / f"bench-{safe_name(Path(task).stem)}-{stamp}-{uuid.uuid4().hex[:6]}"
+
+
+def load_bench_config(run_dir: Path) -> BenchConfig:
+    path = Path(run_dir) / BENCH_FILE
+    if not path.is_file():
+        raise ConfigError(f"{run_dir} is not a benchmark run folder (no {BENCH_FILE})")
+    saved = json.loads(path.read_text(encoding="utf-8"))["config"]
+    run = saved.pop("run")
+    run.pop("api_key_set", None)
+    return BenchConfig(**saved, run=RunConfig(**run))
+
+
+class BenchRun:
+    def __init__(self, cfg: BenchConfig, run_dir: Optional[Path] = None, progress: Optional[BenchProgress] = None):
+        self.cfg = cfg
+        self.progress = progress or _Quiet()
+        self.task: TaskSpec = load_task(cfg.task)
+        self.run_dir = Path(run_dir or cfg.output_dir or default_run_dir(cfg.runs_root, cfg.task))
+        self.store = ResultStore(self.run_dir)
+        self.modes = ["sandbox", "llm"] if cfg.mode == "both" else [cfg.mode]
+        self.repeats = cfg.repeats or self.task.repeats
+        self.client: Optional[ModelClient] = None
+        self.judge: Optional[OpenAIChatClient] = None
+        self.scorer: Optional[Scorer] = None
+        self._infra_streak = 0
+
+    # ------------------------------------------------------------------ set-up
+    def _save_config(self, rows: list[Row]) -> None:
+        path = self.run_dir / BENCH_FILE
+        if path.is_file():
+            saved = json.loads(path.read_text(encoding="utf-8"))
+            if saved.get("row_ids") != [r.id for r in rows]:
+                raise ConfigError(f"{self.run_dir} was run on other rows; resume with the same data and task")
+            return
+        path.write_text(json.dumps({"config": self.cfg.public(), "task": self.task.model_dump(),
+                                    "row_ids": [r.id for r in rows], "modes": self.modes, "repeats": self.repeats,
+                                    "created_at": T.now_iso()}, indent=1, ensure_ascii=False), encoding="utf-8")
+
+    async def _open_clients(self) -> None:
+        run = self.cfg.run.with_environment()
+        self.client = await make_model_client(run)
+        judge = None
+        if self.cfg.judge_model:
+            self.judge = OpenAIChatClient(self.cfg.judge_model, base_url=self.cfg.judge_base_url,
+                                          api_key=self.cfg.judge_api_key or run.api_key, temperature=0.0,
+                                          max_retries=run.max_retries)
+            prompt = self.cfg.judge_prompt.read_text(encoding="utf-8") if self.cfg.judge_prompt else None
+            judge = JudgeSettings(self.judge, prompt)
+        self.scorer = make_scorer(self.task.scorer, self.task.offline_scorer, judge)
+
+    async def _close_clients(self) -> None:
+        for c in (self.client, self.judge):
+            if c is not None:
+                try:
+                    await c.close()
+                except Exception:
+                    pass
+
+    # ------------------------------------------------------------------ one sample
+    async def _run_sample(self, row: Row, repeat: int, mode: str) -> dict:
+        rel = Path("samples") / mode / safe_name(row.id) / f"r{repeat}"
+        run = self.cfg.run
+        overrides = {"mode": mode, "output_dir": self.run_dir / rel, "build_image": False}
+        if self.task.max_steps and "max_steps" not in run.model_fields_set:
+            overrides["max_steps"] = self.task.max_steps
+        started, attempts, result, crash = time.time(), 0, None, None
+        while True:
+            attempts += 1
+            try:
+                result = await arun(row.problem_statement, run, model_client=self.client, prompts=self.task.prompts(),
+                                    input_files=row.input_files, task_id=row.id, **overrides)
+                crash = None
+            except (ConfigError, FileNotFoundError):
+                raise
+            except Exception as e:  # the sandbox could not even start, the engine went away, ...
+                result, crash = None, f"{type(e).__name__}: {e}"
+            failed = crash is not None or result.exit_reason in INFRA
+            if not failed or attempts > self.cfg.retries:
+                break
+            await asyncio.sleep(min(2 ** attempts, 30))
+        record = {"id": row.id, "task": self.task.name, "mode": mode, "repeat": repeat, "attempts": attempts,
+                  "started_at": started, "finished_at": None, "trajectory": str(rel / "trajectory.json")}
+        if crash is not None or result.exit_reason in INFRA:
+            record.update(score=None, error=crash or f"{result.exit_reason}: {result.trajectory.exit_detail}",
+                          exit_reason=result.exit_reason if result else T.SANDBOX_ERROR)
+        else:
+            answer = result.answer or ""
+            scored = await self.scorer.score(answer, row)
+            record.update(score=scored.score, answer=answer, extracted=scored.extracted, score_method=scored.method,
+                          approximate=self.scorer.approximate, score_detail=scored.detail, error=None,
+                          exit_reason=result.exit_reason)
+        if result is not None:
+            traj = result.trajectory
+            record.update(exit_detail=traj.exit_detail, steps=traj.totals.steps, tool_calls=traj.totals.tool_calls,
+                          prompt_tokens=traj.totals.prompt_tokens,
+                          model_time_s=round(traj.totals.model_time_s, 4), tool_time_s=round(traj.totals.tool_time_s, 4),
+                          wall_time_s=round(traj.totals.wall_time_s, 4),
+                          **token_breakdown(traj.model_dump(include={"steps"})))
+        record["finished_at"] = time.time()
+        return record
+
+    # ------------------------------------------------------------------ the run
+    async def run(self) -> BenchResult:
+        rows = load_rows(self.cfg.data, self.task.dataset, self.task.config, self.task.split, self.cfg.ids,
+                         self.cfg.limit)
+        if not rows:
+            raise ConfigError("no rows to run (check --ids / --limit / --data)")
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._save_config(rows)
+        done = self.store.finished()
+        todo = [(row, k, mode) for row in rows for k in range(self.repeats) for mode in self.modes
+                if (row.id, mode, k) not in done]
+        total = len(rows) * self.repeats * len(self.modes)
+        if "sandbox" in self.modes and todo:
+            await ensure_image(self.cfg.run, self.progress)
+        await self._open_clients()
+        self.progress.on_start(total, total - len(todo), self.run_dir)
+        gate = asyncio.Semaphore(self.cfg.concurrency)
+        t0 = time.time()
+        finished = 0
+
+        async def one(row: Row, k: int, mode: str) -> None:
+            nonlocal finished
+            async with gate:
+                record = await self._run_sample(row, k, mode)
+            self.store.append(record)
+            finished += 1
+            self._infra_streak = self._infra_streak + 1 if record.get("error") else 0
+            self.progress.on_sample(record)
+            if self._infra_streak >= MAX_CONSECUTIVE_INFRA:
+                raise BenchAborted(f"{MAX_CONSECUTIVE_INFRA} samples in a row failed for infrastructure reasons; "
+                                   f"last: {record['error']}. Stopping; fix it and --resume {self.run_dir}")
+
+        tasks = [asyncio.ensure_future(one(*s)) for s in todo]
+        try:
+            for fut in asyncio.as_completed(tasks):
+                await fut
+        except BaseException:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
+        finally:
+            await self._close_clients()
+            summary = self.write_summary(session_wall_s=time.time() - t0, session_samples=finished)
+        return BenchResult(self.run_dir, summary, latest(self.store.load()))
+
+    def write_summary(self, session_wall_s: float = 0.0, session_samples: int = 0) -> dict:
+        records = latest(self.store.load())
+        summary = stats.summarize(records)
+        summary.update(task=self.task.name, model=getattr(self.client, "name", None) or self.cfg.run.model,
+                       modes=self.modes, repeats=self.repeats, samples=len(records),
+                       errors=sum(1 for r in records if r.get("error")), updated_at=T.now_iso(),
+                       session={"samples": session_samples, "wall_s": round(session_wall_s, 2),
+                                "samples_per_min": round(session_samples / session_wall_s * 60, 2)
+                                if session_wall_s > 0 else None})
+        (self.run_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=1), encoding="utf-8")
+        return summary
+
+
+async def run_bench(cfg: BenchConfig, progress: Optional[BenchProgress] = None,
+                    resume: Optional[Path] = None, concurrency: Optional[int] = None) -> BenchResult:
+    """Run (or, with `resume`, finish) a benchmark."""
+    if resume is not None:
+        cfg = load_bench_config(resume)
+        if concurrency:
+            cfg = cfg.model_copy(update={"concurrency": concurrency})
+    return await BenchRun(cfg, run_dir=resume, progress=progress).run()
