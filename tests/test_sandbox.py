@@ -129,9 +129,11 @@ def test_twenty_megabyte_line_is_cut_in_the_middle(sandbox_factory, run_async):
     run_async(body())
 
 
-def test_files_are_byte_exact(sandbox_factory, run_async):
+@pytest.mark.parametrize("fast_max", [1 << 20, 0], ids=["server-for-small-files", "archive-api-only"])
+def test_files_are_byte_exact(sandbox_factory, run_async, fast_max):
+    """Small files go through the sandbox's server, big ones (and all, with 0) through the archive API."""
     async def body():
-        sb = await sandbox_factory()
+        sb = await sandbox_factory(fast_file_max_bytes=fast_max)
         for name, data in FIDELITY_CASES.items():
             await sb.write_file(f"/testbed/fid/{name}", data)
         sums = (await sb.run("cd /testbed/fid && sha256sum *")).output
@@ -230,4 +232,22 @@ def test_missing_image_is_reported(run_async):
         sb = create_sandbox(SandboxSpec(image="insandbox-no-such-image:0", run_id="x"))
         with pytest.raises(ImageNotFound):
             await sb.start()
+    run_async(body())
+
+
+def test_files_stay_reachable_while_a_command_still_runs(sandbox_factory, run_async, tmp_path):
+    """A caller gave up on a long command (time limit, Ctrl-C): the server is still busy with it,
+    so reads and the copy-back go through the engine instead of waiting behind it."""
+    async def body():
+        sb = await sandbox_factory()
+        await sb.write_file("/testbed/answer.txt", b"42\n")
+        await sb.run("mkdir -p /testbed/output && echo r > /testbed/output/r.txt")
+        task = asyncio.ensure_future(sb.run("sleep 60", timeout=120))
+        await asyncio.sleep(0.3)
+        task.cancel()
+        t0 = asyncio.get_running_loop().time()
+        assert await sb.read_file("/testbed/answer.txt") == b"42\n"
+        assert await sb.copy_out("/testbed/output", tmp_path / "out") == ["r.txt"]
+        assert asyncio.get_running_loop().time() - t0 < 5
+        await sb.close()
     run_async(body())

@@ -55,6 +55,7 @@ class BenchConfig(BaseModel):
     ids: Optional[list[str]] = None
     concurrency: int = Field(default=8, ge=1)
     retries: int = Field(default=2, ge=0)  # per sample, for infrastructure failures
+    retry_backoff_s: float = Field(default=2.0, ge=0)  # doubled at each retry, at most 30 s
     output_dir: Optional[Path] = None
     runs_root: Path = Path("runs")
     judge_model: Optional[str] = None
@@ -184,7 +185,7 @@ class BenchRun:
             failed = crash is not None or result.exit_reason in INFRA
             if not failed or attempts > self.cfg.retries:
                 break
-            await asyncio.sleep(min(2 ** attempts, 30))
+            await asyncio.sleep(min(self.cfg.retry_backoff_s * 2 ** (attempts - 1), 30))
         record = {"id": row.id, "task": self.task.name, "mode": mode, "repeat": repeat, "attempts": attempts,
                   "started_at": started, "finished_at": None, "trajectory": str(rel / "trajectory.json")}
         if crash is not None or result.exit_reason in INFRA:

@@ -87,7 +87,7 @@ def paired(sandbox: list[dict], plain: list[dict]) -> Optional[dict]:
     mean, lo, hi = t_interval([sum(v) / len(v) for v in item_diffs.values()])
     out = {"pairs": len(keys), "items": len(item_diffs), "sandbox": sum(a[k] for k in keys) / len(keys),
            "plain": sum(b[k] for k in keys) / len(keys), "diff": sum(a[k] - b[k] for k in keys) / len(keys),
-           "diff_ci95": [lo, hi], "test": None, "p_value": None}
+           "diff_ci95": [max(-1.0, lo), min(1.0, hi)], "test": None, "p_value": None}
     if is_binary([a[k] for k in keys] + [b[k] for k in keys]):
         wins = sum(1 for k in keys if a[k] == 1 and b[k] == 0)
         losses = sum(1 for k in keys if a[k] == 0 and b[k] == 1)

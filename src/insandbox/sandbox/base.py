@@ -75,6 +75,10 @@ class SandboxSpec:
     env: dict = field(default_factory=dict)
     run_id: str = ""
     output_limit_chars: int = 16000  # per command, head + tail
+    # Single files up to this size are read and written through the sandbox's own server
+    # (byte-exact, ~2 ms); larger ones, and whole folders, through the engine's archive
+    # API (~60 ms and engine CPU per call). 0: always the archive API.
+    fast_file_max_bytes: int = 1 << 20
 
 
 @runtime_checkable

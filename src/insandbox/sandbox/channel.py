@@ -26,6 +26,7 @@ class Channel:
         self.reader, self.writer, self.name = reader, writer, name
         self.ids = itertools.count(1)
         self.pending: dict[int, asyncio.Future] = {}
+        self.unanswered: set[int] = set()  # sent and not yet answered, waited for or not
         self.ready: asyncio.Future = asyncio.get_running_loop().create_future()
         self.stderr = collections.deque(maxlen=50)  # last lines the server wrote to stderr
         self.closed_reason: Optional[str] = None
@@ -74,6 +75,7 @@ class Channel:
         rid = next(self.ids)
         fut = asyncio.get_running_loop().create_future()
         self.pending[rid] = fut
+        self.unanswered.add(rid)
         try:
             self.writer.write(json.dumps({"id": rid, "op": op, **fields}).encode() + b"\n")
             await self.writer.drain()
@@ -87,6 +89,12 @@ class Channel:
         if not reply.get("ok"):
             raise SandboxError(f"sandbox {self.name}: server error: {reply.get('error')}")
         return reply
+
+    @property
+    def busy(self) -> bool:
+        """The server is still working on an earlier request (e.g. a command whose caller gave
+        up): it answers one request at a time, so a new one would wait behind it."""
+        return bool(self.unanswered)
 
     def stderr_text(self) -> str:
         return " | ".join(self.stderr) or "(none)"
@@ -132,6 +140,7 @@ class Channel:
             if not self.ready.done():
                 self.ready.set_result(msg)
             return
+        self.unanswered.discard(msg.get("id"))
         fut = self.pending.get(msg.get("id"))
         if fut is not None and not fut.done():
             fut.set_result(msg)

@@ -151,6 +151,13 @@ class DockerSandbox:
             return f"the container stopped (exit code {state.get('ExitCode')})"
         return "the container's server stopped answering"
 
+    def _channel_alive(self) -> bool:
+        return self.channel is not None and not self.channel.closed_reason
+
+    def _channel_free(self) -> bool:
+        """Alive and idle: file operations may use the server (else the archive API)."""
+        return self._channel_alive() and not self.channel.busy
+
     async def _request(self, op: str, wait_s: float, **fields) -> dict:
         if self.channel is None:
             raise SandboxError("sandbox not started")
@@ -212,6 +219,16 @@ class DockerSandbox:
             raise SandboxFileError(f"{path} is a directory")
         if max_bytes is not None and st.size > max_bytes:
             raise SandboxFileError(f"{path} is {st.size} bytes, over the {max_bytes}-byte limit")
+        if st.size <= self.spec.fast_file_max_bytes and self._channel_free():
+            try:
+                reply = await self._request("read", CHANNEL_GRACE_S, path=path,
+                                            max_bytes=self.spec.fast_file_max_bytes)
+                if not reply.get("too_large"):  # it may have grown since the stat
+                    return base64.b64decode(reply["data"])
+            except SandboxError as e:
+                if self._channel_alive():  # the file's problem (gone, unreadable), not the sandbox's
+                    raise SandboxFileError(f"cannot read {path}: {str(e).split('server error: ')[-1]}") from None
+                # the server is gone (stopped container): the archive API still reads its files
         api = engine.api()
 
         def fetch() -> bytes:
@@ -227,6 +244,15 @@ class DockerSandbox:
     async def write_file(self, path: str, data: bytes, mode: Optional[int] = None) -> None:
         import docker.errors
 
+        if len(data) <= self.spec.fast_file_max_bytes and self._channel_free():
+            try:
+                await self._request("write", CHANNEL_GRACE_S, path=path, data=base64.b64encode(data).decode("ascii"),
+                                    mode=0o644 if mode is None else mode)
+                return
+            except SandboxError as e:
+                if not self._channel_alive():
+                    raise
+                raise SandboxFileError(f"cannot write {path}: {str(e).split('server error: ')[-1]}") from None
         api = engine.api()
         parent, name = posixpath.split(posixpath.normpath(path))
         blob = archive.single_file_tar(name, data, 0o644 if mode is None else mode)
@@ -274,6 +300,10 @@ class DockerSandbox:
                 return written
 
         Path(host_dir).mkdir(parents=True, exist_ok=True)
+        if self._channel_free():
+            probe = await self._request("empty_dir", CHANNEL_GRACE_S, path=container_dir)
+            if probe["empty"]:  # nothing to copy: spare the engine an archive call
+                return []
         try:
             return await engine.call(fetch)
         except archive.ArchiveTooLarge:

@@ -21,6 +21,7 @@ container, so a killed host leaves no running sandbox behind.
 
 Standard library only; keep it compatible with old Pythons (no walrus, no 3.8+ APIs).
 """
+import base64
 import codecs
 import json
 import os
@@ -344,6 +345,35 @@ class Server(object):
         return {"exit_code": p.returncode, "timed_out": False,
                 "stdout": p.stdout.decode("utf-8", "replace"), "stderr": p.stderr.decode("utf-8", "replace")}
 
+    @staticmethod
+    def read_file(req):
+        """Bytes of a (small) file; the host uses the engine's archive API for big ones."""
+        path, limit = req["path"], int(req.get("max_bytes") or 1 << 20)
+        with open(path, "rb") as f:
+            data = f.read(limit + 1)
+        if len(data) > limit:
+            return {"too_large": True}
+        return {"data": base64.b64encode(data).decode("ascii"), "mode": os.stat(path).st_mode & 0o7777}
+
+    @staticmethod
+    def write_file(req):
+        path = req["path"]
+        parent = os.path.dirname(path)
+        if parent and not os.path.isdir(parent):
+            os.makedirs(parent)
+        with open(path, "wb") as f:
+            f.write(base64.b64decode(req["data"]))
+        if req.get("mode") is not None:
+            os.chmod(path, int(req["mode"]))
+        return {"size": os.path.getsize(path)}
+
+    @staticmethod
+    def is_empty_dir(req):
+        path = req["path"]
+        if not os.path.isdir(path):
+            return {"exists": os.path.exists(path), "empty": True}
+        return {"exists": True, "empty": not os.listdir(path)}
+
     def reap(self):
         """As PID 1, collect orphans that exited; never touch our own shell."""
         if os.getpid() != 1:
@@ -362,6 +392,12 @@ class Server(object):
             return self.run(req)
         if op == "exec":
             return self.exec_argv(req)
+        if op == "read":
+            return self.read_file(req)
+        if op == "write":
+            return self.write_file(req)
+        if op == "empty_dir":
+            return self.is_empty_dir(req)
         if op == "ping":
             return {"pid": os.getpid()}
         raise ValueError("unknown op %r" % (op,))

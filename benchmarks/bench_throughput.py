@@ -1,0 +1,85 @@
+"""Benchmark throughput: samples per minute at several concurrencies, against the ideal.
+
+    .venv/bin/python benchmarks/bench_throughput.py [--latency 1.0] [--calls 10] [--concurrency 8 32 64] [--waves 2]
+
+A scripted model answers every call after `latency` seconds; each sample makes `calls`
+calls (execute_bash `echo`s, writing the answer, submit), each in its own sandbox, through
+the real `insandbox bench` runner (results store, scoring, summary). With no overhead a
+sample takes latency x calls, so the ideal (latency-bound) rate is
+concurrency x 60 / (latency x calls) samples per minute. Each concurrency runs
+`waves` x concurrency samples.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from insandbox.bench.runner import BenchConfig, run_bench
+from insandbox.config import RunConfig
+from insandbox.models.scripted_server import ScriptedServer
+
+TASK_YAML = """name: throughput
+extends: _base
+scorer: exact
+instance_prompt: |-
+  {problem_statement}
+"""
+
+
+def script(calls: int) -> dict:
+    turns = [{"tool": "execute_bash", "args": {"command": f"echo step {i}"}} for i in range(calls - 2)]
+    turns += [{"tool": "str_replace_editor", "args": {"command": "create", "path": "/testbed/answer.txt",
+                                                      "file_text": "done"}}, {"tool": "submit"}]
+    return {"turns": turns}
+
+
+async def measure(concurrency: int, n: int, latency: float, calls: int, work: Path) -> dict:
+    data = work / f"rows-{concurrency}.jsonl"
+    data.write_text("".join(json.dumps({"id": f"s{i}", "problem_statement": f"Throughput probe {i}.",
+                                        "ground_truth": "done"}) + "\n" for i in range(n)))
+    task = work / "throughput.yaml"
+    task.write_text(TASK_YAML)
+    with ScriptedServer(script(calls), latency=latency, keep_requests=False) as srv:
+        cfg = BenchConfig(task=str(task), data=data, concurrency=concurrency, output_dir=work / f"run-{concurrency}",
+                          run=RunConfig(model="scripted", base_url=srv.url, max_steps=calls + 5))
+        t0 = time.time()
+        result = await run_bench(cfg)
+        wall = time.time() - t0
+    recs = result.records
+    ok = [r for r in recs if r.get("score") == 1.0]
+    ideal = concurrency * 60 / (latency * calls)
+    return {"concurrency": concurrency, "samples": len(recs), "correct": len(ok),
+            "errors": sum(1 for r in recs if r.get("error")), "wall_s": wall,
+            "per_min": len(recs) / wall * 60, "ideal_per_min": ideal,
+            "sample_wall_p50": statistics.median(r["wall_time_s"] for r in recs),
+            "overhead_per_sample_s": statistics.median(r["wall_time_s"] - latency * calls for r in recs)}
+
+
+async def main(a: argparse.Namespace) -> None:
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="insandbox-throughput-") as tmp:
+        for c in a.concurrency:
+            rows.append(await measure(c, c * a.waves, a.latency, a.calls, Path(tmp)))
+            r = rows[-1]
+            print(f"  concurrency {c}: {r['samples']} samples in {r['wall_s']:.1f}s", flush=True)
+    print(f"\nscripted model: {a.latency:g} s per call, {a.calls} calls per sample, {a.waves} waves\n")
+    print(f"{'concurrency':>11} {'samples':>8} {'errors':>7} {'wall s':>7} {'samples/min':>12} {'ideal/min':>10} "
+          f"{'of ideal':>9} {'sample p50 s':>13} {'overhead/sample s':>18}")
+    for r in rows:
+        print(f"{r['concurrency']:>11} {r['samples']:>8} {r['errors']:>7} {r['wall_s']:>7.1f} {r['per_min']:>12.1f} "
+              f"{r['ideal_per_min']:>10.1f} {r['per_min'] / r['ideal_per_min']:>9.0%} {r['sample_wall_p50']:>13.1f} "
+              f"{r['overhead_per_sample_s']:>18.2f}")
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--latency", type=float, default=1.0)
+    ap.add_argument("--calls", type=int, default=10)
+    ap.add_argument("--concurrency", type=int, nargs="+", default=[8, 32, 64])
+    ap.add_argument("--waves", type=int, default=2)
+    asyncio.run(main(ap.parse_args()))
