@@ -210,7 +210,9 @@ def test_repeats_and_judge_wiring(scripted, run_async, tmp_path, docker_image):
     assert len(result.records) == 4 and {r["repeat"] for r in result.records} == {0, 1}
     assert all(r["score_method"] == "LLM judge (the-judge)" and not r["approximate"] for r in result.records)
     summary = result.summary["tasks"]["physics"]["sandbox"]
-    assert summary["accuracy"] == 1.0 and summary["ci_method"] == "t over item means" and summary["items"] == 2
+    # every item right in both repeats: no spread for a t-interval, so Wilson with each item counted once
+    assert summary["accuracy"] == 1.0 and summary["ci_method"] == "wilson over items" and summary["items"] == 2
+    assert summary["ci95"][0] < 0.5 and summary["ci95"][1] == 1.0
 
 
 def test_resume_after_a_killed_run_repeats_nothing(scripted, tmp_path, docker_image):
@@ -357,3 +359,14 @@ def test_a_dead_model_server_stops_the_run(run_async, tmp_path):
     lines = (tmp_path / "r" / "results.jsonl").read_text().splitlines()
     assert len(lines) == MAX_CONSECUTIVE_INFRA and all(json.loads(x)["error"] for x in lines)
     assert json.loads((tmp_path / "r" / "summary.json").read_text())["errors"] == MAX_CONSECUTIVE_INFRA
+
+
+def test_intervals_over_items_when_items_repeat():
+    from insandbox.bench import stats
+
+    recs = [{"id": i, "repeat": k, "score": s} for i, ss in (("a", (1, 1)), ("b", (1, 0)), ("c", (0, 0)))
+            for k, s in enumerate(ss)]
+    acc = stats.accuracy(recs)
+    # item means 1, 0.5, 0: mean 0.5, sd 0.5, t(0.975, 2) = 4.3027 -> half-width 1.242, clipped to [0, 1]
+    assert acc["accuracy"] == 0.5 and acc["items"] == 3 and acc["ci_method"] == "t over item means"
+    assert acc["ci95"] == [0.0, 1.0]

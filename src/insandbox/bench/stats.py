@@ -2,7 +2,8 @@
 
 Repeats of one item are not independent, so intervals are computed over items: each
 item's mean score over its repeats, then a t-interval over items. With one binary sample
-per item that is replaced by the Wilson interval (well behaved at 0% and 100%). Paired
+per item that is replaced by the Wilson interval (well behaved at 0% and 100%), and so it
+is, counting each item once, when every item scored the same. Paired
 comparisons match samples of the same item and repeat: the mean difference with a
 t-interval over items, and McNemar's exact test on the discordant pairs when scores are
 binary (a Wilcoxon signed-rank test on item differences otherwise).
@@ -59,9 +60,16 @@ def accuracy(records: list[dict]) -> dict:
         k = sum(scores)
         out.update(accuracy=k / len(scores), ci95=list(wilson(k, len(scores))), ci_method="wilson")
     else:
-        mean, lo, hi = t_interval([sum(v) / len(v) for v in by_item.values()])
-        out.update(accuracy=sum(scores) / len(scores), ci95=[max(0.0, lo), min(1.0, hi)],
-                   ci_method="t over item means")
+        item_means = [sum(v) / len(v) for v in by_item.values()]
+        mean, lo, hi = t_interval(item_means)
+        if len(set(item_means)) == 1 and is_binary(scores):
+            # no spread between items (all right or all wrong): the t-interval collapses to a point;
+            # count each item once instead (conservative)
+            lo, hi = wilson(mean * len(item_means), len(item_means))
+            method = "wilson over items"
+        else:
+            method = "t over item means"
+        out.update(accuracy=sum(scores) / len(scores), ci95=[max(0.0, lo), min(1.0, hi)], ci_method=method)
     return out
 
 
