@@ -13,10 +13,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import statistics
 import subprocess
-import sys
 import time
 from pathlib import Path
 

@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import json
-import math
-import os
 import signal
 import subprocess
 import sys

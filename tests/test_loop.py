@@ -1,7 +1,6 @@
 """The whole loop: scripted model over HTTP, real container, run folder on disk."""
 from __future__ import annotations
 
-import json
 
 from conftest import containers_with_label
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
-from pathlib import Path
 
 import pytest
 

@@ -99,7 +99,6 @@ def run(
     json_out: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout (the view goes to stderr)."),
 ) -> None:
     """Run one task: the model works in a fresh sandbox until it submits."""
-    from rich.console import Console
 
     from .config import ConfigError
     from .console import RichView, make_console
@@ -182,7 +181,6 @@ def bench(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
 ) -> None:
     """Benchmark a model on a task, in sandbox mode, plain mode or both."""
-    from rich.console import Console
 
     from .bench.data import DataError
     from .bench.progress import RichBenchProgress
@@ -253,7 +251,6 @@ def report(
     plots: bool = typer.Option(True, help="Draw the PNG figures."),
 ) -> None:
     """Accuracy with confidence intervals, sandbox vs plain, capability usage, tokens and time."""
-    from rich.console import Console
 
     from .bench.report import rich_tables, write_report
     from .console import make_console

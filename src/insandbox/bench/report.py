@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -228,10 +227,3 @@ def rich_tables(data: dict):
                        if not math.isnan(p["diff_ci95"][0]) else "-", p["test"] or "-", _p(p["p_value"]))
         tables.append(pt)
     return tables
-
-
-def group_counts(groups: dict) -> dict:
-    counts: dict = defaultdict(int)
-    for (model, task, mode), g in groups.items():
-        counts[mode] += len(g.records)
-    return dict(counts)

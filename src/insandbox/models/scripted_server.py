@@ -84,7 +84,7 @@ def _calls_of(turn: dict) -> list[dict]:
     else:
         raw = []
     calls = []
-    for i, c in enumerate(raw):
+    for c in raw:
         args = c.get("arguments", c.get("args", {}))
         calls.append({"id": c.get("id") or f"call_{uuid.uuid4().hex[:10]}", "type": "function",
                       "function": {"name": c["name"],

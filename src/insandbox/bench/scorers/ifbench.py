@@ -45,7 +45,9 @@ class IFBench:
 
     async def score(self, answer: str, row: Row) -> ScoreResult:
         spec = json.loads(row.ground_truth)
-        ids, kwargs_list = spec["instruction_id_list"], spec.get("kwargs") or [{}] * len(spec["instruction_id_list"])
+        ids = spec["instruction_id_list"]
+        kwargs_list = list(spec.get("kwargs") or [])
+        kwargs_list += [{}] * (len(ids) - len(kwargs_list))  # never drop an instruction for want of kwargs
         response = strip_thinking(answer)
         if not response.strip():
             return ScoreResult(0.0, "", self.method, {"why": "empty response"})
