@@ -30,9 +30,10 @@ StepHook = Callable[[StepRecord, Trajectory], None]
 
 @dataclass
 class Limits:
-    max_steps: int = 100
+    """Limits the loop checks itself. The step limit is the env's (it tells the model the steps
+    left); the wall-clock limit is applied around the loop by the runner."""
+
     token_budget: Optional[int] = None  # prompt + completion tokens over the whole run
-    time_limit_s: Optional[float] = None  # wall clock for the whole loop
 
 
 async def run_sandbox_loop(env: SandboxEnv, model: ModelClient, task: Task, traj: Trajectory, limits: Limits,

@@ -182,7 +182,7 @@ async def arun(query: str, config: Optional[RunConfig] = None, *, observer: Opti
                                        env_vars=cfg.env, command_timeout=cfg.timeout_per_command,
                                        output_limit_chars=cfg.output_limit, run_id=run_id))
             try:
-                loop = run_sandbox_loop(env, client, task, traj, Limits(cfg.max_steps, cfg.token_budget),
+                loop = run_sandbox_loop(env, client, task, traj, Limits(token_budget=cfg.token_budget),
                                         observer.on_step, save)
                 try:
                     await asyncio.wait_for(loop, cfg.time_limit)
