@@ -6,6 +6,7 @@ llm_system_prompt / llm_instance_prompt for plain (tool-less) mode.
 """
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Optional, Union
 
@@ -40,7 +41,7 @@ class PromptConfig(BaseModel):
     def llm_messages(self, problem_statement: str, documents: str = "") -> list[dict]:
         """Plain mode. The input files' text goes where the template says {documents},
         else after the problem statement."""
-        default = load_prompt_config()
+        default = _default_config()
         system = self.llm_system_prompt if self.llm_system_prompt is not None else default.llm_system_prompt
         instance = self.llm_instance_prompt or default.llm_instance_prompt or "{problem_statement}"
         if "{documents}" in instance:
@@ -49,6 +50,11 @@ class PromptConfig(BaseModel):
             problem_statement = f"{problem_statement}\n\n{documents}"
         messages = [{"role": "system", "content": self.fill(system)}] if system else []
         return messages + [{"role": "user", "content": self.fill(instance, problem_statement)}]
+
+
+@functools.lru_cache(maxsize=1)
+def _default_config() -> "PromptConfig":
+    return load_prompt_config()
 
 
 def load_prompt_config(path: Union[str, Path, None] = None, overrides: Optional[dict] = None) -> PromptConfig:
