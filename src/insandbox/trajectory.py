@@ -26,8 +26,6 @@ MODEL_ERROR = "model_error"  # the model server failed after retries
 SANDBOX_ERROR = "sandbox_error"  # the container or engine failed
 INTERRUPTED = "interrupted"  # Ctrl-C or SIGTERM
 COMPLETED = "completed"  # --mode llm: the single completion came back
-EXIT_REASONS = (SUBMITTED, MAX_STEPS, TOKEN_BUDGET, TIME_LIMIT, CONTEXT_LENGTH, MODEL_ERROR, SANDBOX_ERROR,
-                INTERRUPTED, COMPLETED)
 
 
 def now_iso() -> str:

@@ -15,6 +15,15 @@ class SandboxError(RuntimeError):
     an infrastructure error, never the model's fault."""
 
 
+class ServerError(SandboxError):
+    """The in-container server answered a request with an error (e.g. a file it could not read);
+    the sandbox itself is fine. `message` is the server's own words."""
+
+    def __init__(self, sandbox: str, message: str):
+        super().__init__(f"sandbox {sandbox}: server error: {message}")
+        self.message = message
+
+
 class SandboxFileError(SandboxError):
     """A file operation failed for a reason the model can act on (missing path, ...)."""
 

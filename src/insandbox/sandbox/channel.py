@@ -16,7 +16,7 @@ import struct
 from typing import Any, Optional
 from urllib.parse import urlparse
 
-from .base import SandboxError
+from .base import SandboxError, ServerError
 
 STREAM_LIMIT = 64 * 1024 * 1024  # a reply line can hold a big (already clipped) output
 
@@ -87,7 +87,7 @@ class Channel:
         finally:
             self.pending.pop(rid, None)
         if not reply.get("ok"):
-            raise SandboxError(f"sandbox {self.name}: server error: {reply.get('error')}")
+            raise ServerError(self.name, str(reply.get("error")))
         return reply
 
     @property

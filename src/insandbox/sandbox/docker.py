@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Optional
 
 from . import archive, engine
-from .base import (CommandResult, ExecResult, FileStat, SandboxError, SandboxFileError, SandboxSpec)
+from .base import (CommandResult, ExecResult, FileStat, SandboxError, SandboxFileError, SandboxSpec, ServerError)
 from .channel import Channel
 from .server import BOOTSTRAP
 
@@ -225,10 +225,10 @@ class DockerSandbox:
                                             max_bytes=self.spec.fast_file_max_bytes)
                 if not reply.get("too_large"):  # it may have grown since the stat
                     return base64.b64decode(reply["data"])
-            except SandboxError as e:
-                if self._channel_alive():  # the file's problem (gone, unreadable), not the sandbox's
-                    raise SandboxFileError(f"cannot read {path}: {str(e).split('server error: ')[-1]}") from None
-                # the server is gone (stopped container): the archive API still reads its files
+            except ServerError as e:  # the file's problem (gone, unreadable), not the sandbox's
+                raise SandboxFileError(f"cannot read {path}: {e.message}") from None
+            except SandboxError:
+                pass  # the server is gone (stopped container): the archive API still reads its files
         api = engine.api()
 
         def fetch() -> bytes:
@@ -249,10 +249,8 @@ class DockerSandbox:
                 await self._request("write", CHANNEL_GRACE_S, path=path, data=base64.b64encode(data).decode("ascii"),
                                     mode=0o644 if mode is None else mode)
                 return
-            except SandboxError as e:
-                if not self._channel_alive():
-                    raise
-                raise SandboxFileError(f"cannot write {path}: {str(e).split('server error: ')[-1]}") from None
+            except ServerError as e:
+                raise SandboxFileError(f"cannot write {path}: {e.message}") from None
         api = engine.api()
         parent, name = posixpath.split(posixpath.normpath(path))
         blob = archive.single_file_tar(name, data, 0o644 if mode is None else mode)
