@@ -5,7 +5,8 @@ its own evaluation code gave them in loose mode (eval/eval_results_loose.jsonl).
 script scores the same responses with our scorer and counts agreement, instruction by
 instruction and prompt by prompt, on all of them and on the rows of a dev set.
 
-    .venv/bin/python benchmarks/ifbench_agreement.py --ifbench PATH [--dev ../shared/data/bench/instruct_follow/dev.jsonl]
+    .venv/bin/python benchmarks/ifbench_agreement.py --ifbench PATH \
+        [--dev ../shared/data/bench/instruct_follow/dev.jsonl]
 
 PATH is a checkout of github.com/allenai/IFBench, or its bare git directory. Point
 NLTK_DATA at NLTK's punkt_tab and stopwords (../shared/data/nltk_data here); checks that

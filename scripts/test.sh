@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Install what is missing (scripts/setup.sh), then run the test suite against a real Docker engine.
-# Extra arguments go to pytest, e.g. `bash scripts/test.sh -k editor`.
+# Install what is missing (scripts/setup.sh), lint with ruff, then run the test suite against a real
+# Docker engine. Extra arguments go to pytest, e.g. `bash scripts/test.sh -k editor`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+echo "[test] ruff check"
+.venv/bin/ruff check .
 exec .venv/bin/python -m pytest -q "$@"

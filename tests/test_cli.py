@@ -10,9 +10,9 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import cli, containers_with_label
 
 from insandbox.sandbox.docker import LABEL_OWNER
+from tests.helpers import cli, containers_with_label
 
 SCRIPT = {"turns": [{"tool": "execute_bash", "args": {"command": "mkdir -p /testbed/output/deep/er && "
                                                                  "echo report > /testbed/output/deep/er/r.md"}},

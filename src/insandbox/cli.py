@@ -6,8 +6,9 @@ import json
 import os
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import typer
 
@@ -69,7 +70,8 @@ def _parse_env(items: list[str]) -> dict[str, str]:
 def run(
     query: Optional[str] = typer.Argument(None, help="The task. '-' reads it from stdin."),
     query_file: Optional[Path] = typer.Option(None, help="Read the task from this file."),
-    model: Optional[str] = typer.Option(None, help="Model name [env INSANDBOX_MODEL; default: the server's first model]."),
+    model: Optional[str] = typer.Option(None, help="Model name [env INSANDBOX_MODEL; default: the server's first "
+                                                                 "model]."),
     base_url: Optional[str] = typer.Option(None, help="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1 "
                                                       "[env INSANDBOX_BASE_URL]."),
     api_key: Optional[str] = typer.Option(None, help="API key [env INSANDBOX_API_KEY, then OPENAI_API_KEY]."),
@@ -149,7 +151,8 @@ def bench(
     model: Optional[str] = typer.Option(None, help="Model name [env INSANDBOX_MODEL]."),
     base_url: Optional[str] = typer.Option(None, help="OpenAI-compatible endpoint [env INSANDBOX_BASE_URL]."),
     api_key: Optional[str] = typer.Option(None, help="API key [env INSANDBOX_API_KEY, then OPENAI_API_KEY]."),
-    gguf: Optional[Path] = typer.Option(None, help="Serve this local GGUF model (default with no model: the embedded one)."),
+    gguf: Optional[Path] = typer.Option(None, help="Serve this local GGUF model (default with no model: the "
+                                                   "embedded one)."),
     data: Optional[Path] = typer.Option(None, help="Local JSON/JSONL rows instead of the hub dataset."),
     mode: str = typer.Option("sandbox", help="sandbox, llm or both (both runs the same items in both modes)."),
     repeats: Optional[int] = typer.Option(None, help="Samples per item and mode (default: the task's)."),

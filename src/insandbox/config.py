@@ -58,7 +58,7 @@ class RunConfig(BaseModel):
             raise ValueError(f"input dir {v} does not exist")
         return v
 
-    def with_environment(self) -> "RunConfig":
+    def with_environment(self) -> RunConfig:
         """Fill model, base URL and key from the environment where not given."""
         env = os.environ
         return self.model_copy(update={

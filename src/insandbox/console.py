@@ -89,8 +89,8 @@ class RichView:
             return
         total = f"/{self.max_steps}" if self.max_steps else ""
         tokens = f"{step.prompt_tokens:,}→{step.completion_tokens:,} tok"
-        self.console.print(f"[blue]──[/blue] [bold]step {step.index}{total}[/bold] · model {step.model_latency_s:.2f}s · "
-                           f"{tokens} [blue]──[/blue]")
+        self.console.print(f"[blue]──[/blue] [bold]step {step.index}{total}[/bold] · "
+                           f"model {step.model_latency_s:.2f}s · {tokens} [blue]──[/blue]")
         if step.reasoning and step.reasoning.strip():
             lines, more = _clip_lines(step.reasoning.strip(), 2)
             self.console.print("[magenta dim]thinking: " + escape(" ".join(lines)) + (" …" if more else "") + "[/]")

@@ -115,7 +115,7 @@ class Trajectory(BaseModel):
         os.replace(tmp, path)
 
     @classmethod
-    def load(cls, path: Path) -> "Trajectory":
+    def load(cls, path: Path) -> Trajectory:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
         if data.get("schema_version", 0) > SCHEMA_VERSION:
             raise ValueError(f"{path}: schema_version {data['schema_version']} is newer than this insandbox "

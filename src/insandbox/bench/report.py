@@ -177,7 +177,8 @@ def markdown(data: dict, run_dirs: list[Path], figures: list[str]) -> str:
     if data["token_ratio"]:
         parts += ["Sandbox / plain tokens per sample:", "",
                   _table(["model", "task", "trajectory ratio", "billed ratio"],
-                         [[r["model"], r["task"], _num(r["trajectory_ratio"], 2) + "x", _num(r["billed_ratio"], 2) + "x"]
+                         [[r["model"], r["task"], _num(r["trajectory_ratio"], 2) + "x",
+                           _num(r["billed_ratio"], 2) + "x"]
                           for r in data["token_ratio"]]), ""]
     parts += ["## Time", "",
               _table(["model", "task", "mode", "samples", "model time", "tool time", "wall / sample", "samples / min"],

@@ -203,7 +203,8 @@ class BenchRun:
             traj = result.trajectory
             record.update(exit_detail=traj.exit_detail, steps=traj.totals.steps, tool_calls=traj.totals.tool_calls,
                           prompt_tokens=traj.totals.prompt_tokens,
-                          model_time_s=round(traj.totals.model_time_s, 4), tool_time_s=round(traj.totals.tool_time_s, 4),
+                          model_time_s=round(traj.totals.model_time_s, 4),
+                          tool_time_s=round(traj.totals.tool_time_s, 4),
                           wall_time_s=round(traj.totals.wall_time_s, 4),
                           **token_breakdown(traj.model_dump(include={"steps"})))
         record["finished_at"] = time.time()

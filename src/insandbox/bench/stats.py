@@ -82,10 +82,14 @@ def mcnemar_exact(b: int, c: int) -> float:
     return float(stats.binomtest(b, b + c, 0.5).pvalue)
 
 
+def _scored_by_sample(records: list[dict]) -> dict[tuple[str, int], float]:
+    return {(str(r["id"]), r["repeat"]): float(r["score"]) for r in records
+            if r.get("score") is not None and not r.get("error")}
+
+
 def paired(sandbox: list[dict], plain: list[dict]) -> Optional[dict]:
     """Sandbox minus plain on the samples both modes scored (same item, same repeat)."""
-    a = {(str(r["id"]), r["repeat"]): float(r["score"]) for r in sandbox if r.get("score") is not None and not r.get("error")}
-    b = {(str(r["id"]), r["repeat"]): float(r["score"]) for r in plain if r.get("score") is not None and not r.get("error")}
+    a, b = _scored_by_sample(sandbox), _scored_by_sample(plain)
     keys = sorted(set(a) & set(b))
     if not keys:
         return None

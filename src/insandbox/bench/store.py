@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 RESULTS = "results.jsonl"
 

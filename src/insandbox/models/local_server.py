@@ -163,8 +163,8 @@ class LocalModel:
         t0 = time.perf_counter()
         with self.lock:
             try:
-                out = self.llama.create_chat_completion(messages=messages, grammar=self._grammar(tools) if tools else None,
-                                                        **params)
+                grammar = self._grammar(tools) if tools else None
+                out = self.llama.create_chat_completion(messages=messages, grammar=grammar, **params)
             except ValueError as e:  # "Requested tokens (N) exceed context window of M": the prompt alone
                 found = re.search(r"Requested tokens \((\d+)\)", str(e))
                 if not found:

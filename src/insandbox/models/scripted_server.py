@@ -86,9 +86,10 @@ def _calls_of(turn: dict) -> list[dict]:
     calls = []
     for c in raw:
         args = c.get("arguments", c.get("args", {}))
+        if not isinstance(args, str):
+            args = json.dumps(args, ensure_ascii=False)
         calls.append({"id": c.get("id") or f"call_{uuid.uuid4().hex[:10]}", "type": "function",
-                      "function": {"name": c["name"],
-                                   "arguments": args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)}})
+                      "function": {"name": c["name"], "arguments": args}})
     return calls
 
 
@@ -240,7 +241,7 @@ class ScriptedServer:
         with self.httpd.state.lock:
             return list(self.httpd.state.requests)
 
-    def start(self) -> "ScriptedServer":
+    def start(self) -> ScriptedServer:
         self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05},
                                        name="scripted-server", daemon=True)
         self.thread.start()
@@ -258,7 +259,7 @@ class ScriptedServer:
         finally:
             self.httpd.server_close()
 
-    def __enter__(self) -> "ScriptedServer":
+    def __enter__(self) -> ScriptedServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -53,7 +53,7 @@ class PromptConfig(BaseModel):
 
 
 @functools.lru_cache(maxsize=1)
-def _default_config() -> "PromptConfig":
+def _default_config() -> PromptConfig:
     return load_prompt_config()
 
 

@@ -1,6 +1,14 @@
 """Where commands run. `Sandbox` is the protocol; `DockerSandbox` the backend."""
-from .base import (CommandResult, ExecResult, FileStat, Sandbox, SandboxError, SandboxFileError, SandboxLimits,
-                   SandboxSpec)
+from .base import (
+    CommandResult,
+    ExecResult,
+    FileStat,
+    Sandbox,
+    SandboxError,
+    SandboxFileError,
+    SandboxLimits,
+    SandboxSpec,
+)
 
 BACKENDS = {"docker": "insandbox.sandbox.docker:DockerSandbox"}
 

@@ -7,8 +7,9 @@ import os
 import tarfile
 import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import IO, Iterable, Optional
+from typing import IO, Optional
 
 SPOOL_BYTES = 8 * 1024 * 1024  # tars up to this size stay in memory
 

@@ -33,7 +33,7 @@ class Channel:
         self._task = asyncio.ensure_future(self._read_loop())
 
     @classmethod
-    async def attach(cls, docker_host: str, api_version: str, container_id: str, name: str = "") -> "Channel":
+    async def attach(cls, docker_host: str, api_version: str, container_id: str, name: str = "") -> Channel:
         """Open the attach stream; call before starting the container so no output is lost."""
         url = urlparse(docker_host)
         try:
@@ -55,7 +55,8 @@ class Channel:
         if code not in ("101", "200"):
             body = await reader.read(2000)
             writer.close()
-            raise SandboxError(f"attach to container {container_id[:12]} failed: {status} {body.decode(errors='replace')}")
+            raise SandboxError(f"attach to container {container_id[:12]} failed: {status} "
+                               f"{body.decode(errors='replace')}")
         return cls(reader, writer, name or container_id[:12])
 
     async def handshake(self, source: str, timeout: float = 60.0) -> dict:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Optional
 
 from . import archive, engine
-from .base import (CommandResult, ExecResult, FileStat, SandboxError, SandboxFileError, SandboxSpec, ServerError)
+from .base import CommandResult, ExecResult, FileStat, SandboxError, SandboxFileError, SandboxSpec, ServerError
 from .channel import Channel
 from .server import BOOTSTRAP
 

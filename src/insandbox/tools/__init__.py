@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Iterable, Optional
+from collections.abc import Iterable
+from typing import Optional
 
 from ..sandbox.base import Sandbox
 from .base import Tool, ToolArgumentError, ToolCall, ToolOutput
@@ -14,7 +15,8 @@ from .editor import StrReplaceEditor
 from .submit import Submit
 
 
-def default_tools(command_timeout: float = 120.0, workdir: str = "/testbed", view_limit_chars: int = 16000) -> list[Tool]:
+def default_tools(command_timeout: float = 120.0, workdir: str = "/testbed",
+                  view_limit_chars: int = 16000) -> list[Tool]:
     return [ExecuteBash(command_timeout), StrReplaceEditor(workdir, view_limit_chars), Submit()]
 
 

@@ -8,7 +8,7 @@ from typing import Optional
 
 from ...models.base import ModelClient
 from ..data import Row
-from .base import ScoreResult, Scorer, last_boxed, strip_thinking
+from .base import Scorer, ScoreResult, last_boxed, strip_thinking
 
 BUILTIN = ("math", "choice", "ifbench", "judge", "exact", "rouge")
 

@@ -7,6 +7,7 @@ import socket
 import pytest
 
 from insandbox.models import ContextLengthError, ModelError, OpenAIChatClient
+from insandbox.models.openai_compat import shrink_max_tokens
 
 TOOLS = [{"type": "function", "function": {"name": "submit", "description": "done",
                                            "parameters": {"type": "object", "properties": {}, "required": []}}}]
@@ -78,3 +79,13 @@ def test_context_overflow_shrinks_max_tokens_then_stops(scripted, run_async):
             await client.complete(huge, TOOLS)
         await client.close()
     run_async(body())
+def test_shrink_max_tokens_from_vllm_message():
+    msg = ("This model's maximum context length is 4096 tokens. However, you requested 5000 tokens "
+           "(3000 in the messages, 2000 in the completion).")
+    assert shrink_max_tokens(msg, 2000) == 4096 - 3000 - 8
+    too_long = ("This model's maximum context length is 4096 tokens. However, you requested 4500 tokens "
+                "(4095 in the messages, 405 in the completion).")
+    assert shrink_max_tokens(too_long, 405) is None  # the prompt alone does not fit: stop
+    assert shrink_max_tokens("context length exceeded", 1000) == 500  # no numbers: halve
+    assert shrink_max_tokens("context length exceeded", None) is None
+

@@ -7,9 +7,8 @@ import subprocess
 
 import pytest
 
-from insandbox.sandbox import SandboxError, SandboxLimits
+from insandbox.sandbox import SandboxError, SandboxLimits, engine
 from insandbox.sandbox.docker import LABEL, LABEL_OWNER, LABEL_RUN
-from insandbox.sandbox import engine
 
 # ps without procps: count processes whose command line starts with `sleep`
 COUNT_SLEEPS = ("n=0; for p in /proc/[0-9]*; do c=$(tr '\\0' ' ' < $p/cmdline 2>/dev/null); "

@@ -1,12 +1,10 @@
 """The whole loop: scripted model over HTTP, real container, run folder on disk."""
 from __future__ import annotations
 
-
-from conftest import containers_with_label
-
 from insandbox import Trajectory, arun
 from insandbox.env import EnvConfig, SandboxEnv, Task
 from insandbox.tools import ToolCall
+from tests.helpers import containers_with_label
 
 
 def _no_containers_left(traj: Trajectory) -> bool:
@@ -36,7 +34,8 @@ def test_full_run(scripted, run_async, tmp_path, docker_image):
     ]})
     out = tmp_path / "run"
     result = run_async(arun("Add the numbers in the input file.", model="scripted", base_url=srv.url,
-                            api_key="sk-very-secret", input_dir=inputs, output_dir=out, image=docker_image, max_steps=20))
+                            api_key="sk-very-secret", input_dir=inputs, output_dir=out, image=docker_image,
+                            max_steps=20))
     t = result.trajectory
     assert t.exit_reason == "submitted" and t.submitted and result.answer == "7\n"
     assert (out / "answer.txt").read_text() == "7\n"
@@ -110,9 +109,10 @@ def test_model_failure_ends_cleanly(scripted, run_async, tmp_path, docker_image)
 
 
 def test_calls_after_submit_are_not_run(scripted, run_async, tmp_path, docker_image):
-    srv = scripted({"turns": [{"tool_calls": [{"name": "execute_bash", "arguments": {"command": "echo 1 > /testbed/answer.txt"}},
-                                              {"name": "submit", "arguments": {}},
-                                              {"name": "execute_bash", "arguments": {"command": "echo 2 > /testbed/answer.txt"}}]}]})
+    srv = scripted({"turns": [{"tool_calls": [
+        {"name": "execute_bash", "arguments": {"command": "echo 1 > /testbed/answer.txt"}},
+        {"name": "submit", "arguments": {}},
+        {"name": "execute_bash", "arguments": {"command": "echo 2 > /testbed/answer.txt"}}]}]})
     result = run_async(arun("s", model="m", base_url=srv.url, output_dir=tmp_path, image=docker_image))
     calls = result.trajectory.steps[0].tool_calls
     assert result.answer == "1\n" and calls[2].error and "Not run" in calls[2].output
@@ -137,7 +137,8 @@ def test_environment_api_without_the_loop(run_async, docker_image):
         messages = await env.reset(Task("Write 5 to the answer file.", input_files={"in.txt": "5"}))
         assert [m["role"] for m in messages] == ["system", "user"]
         assert [s["function"]["name"] for s in env.tool_schemas] == ["execute_bash", "str_replace_editor", "submit"]
-        r = await env.step([ToolCall("a", "execute_bash", '{"command": "cp /testbed/input/in.txt /testbed/answer.txt"}')])
+        copy = '{"command": "cp /testbed/input/in.txt /testbed/answer.txt"}'
+        r = await env.step([ToolCall("a", "execute_bash", copy)])
         assert not r.done and r.messages[0]["tool_call_id"] == "a" and env.steps_left == 2
         r = await env.step([])
         assert r.nudged and r.messages[0]["role"] == "user"

@@ -13,12 +13,12 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import cli, containers_with_label
 
 from insandbox import arun
 from insandbox.models.embedded import EmbeddedClient
 from insandbox.models.local_server import to_plain_messages, tool_call_schema
 from insandbox.tools import default_tools
+from tests.helpers import cli, containers_with_label
 
 TASK = ("Write a Python script that prints the first 10 prime numbers, run it, and save the output to "
         "/testbed/output/primes.txt")
@@ -178,11 +178,13 @@ def test_tool_history_is_rewritten_for_a_plain_chat_template():
             {"role": "assistant", "content": "", "tool_calls": [
                 {"id": "a", "type": "function", "function": {"name": "execute_bash", "arguments": '{"command": "ls"}'}},
                 {"id": "b", "type": "function", "function": {"name": "submit", "arguments": "{}"}}]},
-            {"role": "tool", "tool_call_id": "a", "content": "x.txt"}, {"role": "tool", "tool_call_id": "b", "content": "ok"}]
+            {"role": "tool", "tool_call_id": "a", "content": "x.txt"},
+            {"role": "tool", "tool_call_id": "b", "content": "ok"}]
     plain = to_plain_messages(msgs, tools)
     assert [m["role"] for m in plain] == ["system", "user", "assistant", "user"]
     assert "# Tools" in plain[0]["content"] and '"name": "str_replace_editor"' in plain[0]["content"]
     assert json.loads(plain[2]["content"].splitlines()[0]) == {"name": "execute_bash", "arguments": {"command": "ls"}}
     assert plain[3]["content"] == "Result of execute_bash:\nx.txt\n\nResult of submit:\nok"
     schema = tool_call_schema(tools)
-    assert [o["properties"]["name"]["const"] for o in schema["anyOf"]] == ["execute_bash", "str_replace_editor", "submit"]
+    names = [o["properties"]["name"]["const"] for o in schema["anyOf"]]
+    assert names == ["execute_bash", "str_replace_editor", "submit"]

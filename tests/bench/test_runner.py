@@ -1,0 +1,173 @@
+"""Benchmarks: scorers on the dev sets, each task end to end in both modes, resume, the report."""
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from insandbox.bench.runner import BenchConfig, run_bench
+from insandbox.config import RunConfig
+from tests.bench.rows import TASKS, dev_rows, gold_file, gold_reply, wrong_answer
+from tests.helpers import cli
+
+
+def _bench_script(task: str, rows) -> dict:
+    """A scripted model that answers the first row right and the second wrong, in both modes."""
+    scripts = []
+    for i, row in enumerate(rows):
+        answer = gold_file(task, row) if i == 0 else wrong_answer(task, row)
+        reply = gold_reply(task, row) if i == 0 else wrong_answer(task, row)
+        turns = [{"tool": "execute_bash", "args": {"command": "ls /testbed/documents | wc -l"}}] \
+            if task == "long_context" else []
+        turns += [{"tool": "str_replace_editor",
+                   "args": {"command": "create", "path": "/testbed/answer.txt", "file_text": answer}},
+                  {"tool": "submit"}]
+        scripts.append({"match": row.problem_statement, "turns": turns, "llm_turns": [{"content": reply}]})
+    return {"scripts": scripts}
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_each_task_end_to_end_in_both_modes(task, scripted, run_async, tmp_path, docker_image):
+    rows = dev_rows(task)
+    if task == "instruct_follow":
+        rows = [r for r in rows if r.id in ("ifbench_0", "ifbench_42")]
+    rows = rows[:2]
+    srv = scripted(_bench_script(task, rows))
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps({"id": r.id, "problem_statement": r.problem_statement,
+                                        "ground_truth": r.ground_truth, "input_files": r.input_files}) + "\n"
+                            for r in rows))
+    cfg = BenchConfig(task=task, data=data, mode="both", repeats=1, concurrency=4, output_dir=tmp_path / "run",
+                      run=RunConfig(model="m", base_url=srv.url, image=docker_image, max_steps=5))
+    result = run_async(run_bench(cfg))
+    recs = {(r["id"], r["mode"]): r for r in result.records}
+    assert len(recs) == 4 and not any(r["error"] for r in recs.values())
+    for mode in ("sandbox", "llm"):
+        assert recs[(rows[0].id, mode)]["score"] == 1.0, recs[(rows[0].id, mode)]
+        assert recs[(rows[1].id, mode)]["score"] == 0.0
+        assert result.summary["tasks"][task][mode]["accuracy"] == 0.5
+    assert result.summary["tasks"][task]["sandbox_vs_llm"]["pairs"] == 2
+    sb = recs[(rows[0].id, "sandbox")]
+    assert sb["exit_reason"] == "submitted" and sb["steps"] >= 2 and sb["initial_prompt_tokens"] > 0
+    assert (result.run_dir / sb["trajectory"]).is_file()
+    assert recs[(rows[0].id, "llm")]["exit_reason"] == "completed"
+    if task == "long_context":  # documents are files in sandbox mode, in the prompt in plain mode
+        traj = json.loads((result.run_dir / sb["trajectory"]).read_text())
+        assert traj["steps"][0]["tool_calls"][0]["output"].startswith(str(len(rows[0].input_files)))
+        plain = [r for r in srv.requests if not r["tools"]]
+        assert any('<document name="' in r["messages"][-1]["content"] for r in plain)
+    if task in ("physics", "long_context"):
+        assert "offline approximation" in sb["score_method"] and sb["approximate"]
+        assert result.summary["tasks"][task]["sandbox"]["approximate"]
+
+
+def test_repeats_and_judge_wiring(scripted, run_async, tmp_path, docker_image):
+    rows = dev_rows("physics")[:2]
+    script = _bench_script("physics", rows)
+    script["scripts"].append({"name": "the-judge", "llm_turns": [{"content": "CORRECT"}]})
+    srv = scripted(script)
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps({"id": r.id, "problem_statement": r.problem_statement,
+                                        "ground_truth": r.ground_truth}) + "\n" for r in rows))
+    cfg = BenchConfig(task="physics", data=data, mode="sandbox", repeats=2, concurrency=4, output_dir=tmp_path / "r",
+                      judge_model="the-judge", judge_base_url=srv.url,
+                      run=RunConfig(model="m", base_url=srv.url, image=docker_image, max_steps=5))
+    result = run_async(run_bench(cfg))
+    assert len(result.records) == 4 and {r["repeat"] for r in result.records} == {0, 1}
+    assert all(r["score_method"] == "LLM judge (the-judge)" and not r["approximate"] for r in result.records)
+    summary = result.summary["tasks"]["physics"]["sandbox"]
+    # every item right in both repeats: no spread for a t-interval, so Wilson with each item counted once
+    assert summary["accuracy"] == 1.0 and summary["ci_method"] == "wilson over items" and summary["items"] == 2
+    assert summary["ci95"][0] < 0.5 and summary["ci95"][1] == 1.0
+
+
+def test_resume_after_a_killed_run_repeats_nothing(scripted, tmp_path, docker_image):
+    rows = dev_rows("chem")[:6]
+    script = _bench_script("chem", rows[:2])
+    for row in rows[2:]:
+        script["scripts"].append({"match": row.problem_statement, "latency": 0.3, "turns": [
+            {"tool": "execute_bash", "args": {"command": "sleep 0.3"}},
+            {"tool": "str_replace_editor", "args": {"command": "create", "path": "/testbed/answer.txt",
+                                                    "file_text": row.ground_truth}}, {"tool": "submit"}],
+            "llm_turns": [{"content": f"Answer: {row.ground_truth}"}]})
+    srv = scripted(script)
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps({"id": r.id, "problem_statement": r.problem_statement,
+                                        "ground_truth": r.ground_truth}) + "\n" for r in rows))
+    run_dir = tmp_path / "run"
+    exe = Path(sys.executable).parent / "insandbox"
+    args = [str(exe), "bench", "chem", "--data", str(data), "--mode", "both", "--model", "m", "--base-url", srv.url,
+            "--image", docker_image, "--concurrency", "2", "--output-dir", str(run_dir), "-q"]
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    results = run_dir / "results.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline and (not results.is_file() or len(results.read_text().splitlines()) < 4):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)  # killed half way: no chance to clean up
+    proc.wait()
+    done_before = {(r["id"], r["mode"]) for r in map(json.loads, results.read_text().splitlines())}
+    assert 4 <= len(done_before) < 12
+    cli("clean")  # the killed run's containers stopped by themselves; remove them
+    t_resume = time.time()
+    r = cli("bench", "--resume", str(run_dir), "-q")
+    assert r.returncode == 0, r.stderr
+    lines = [json.loads(line) for line in results.read_text().splitlines()]
+    keys = [(x["id"], x["mode"]) for x in lines]
+    assert len(keys) == len(set(keys)) == 12  # every sample exactly once
+    restarted = set()
+    by_text = {row.problem_statement: row.id for row in rows}
+    for req in srv.requests:
+        if req["t_recv"] >= t_resume and req["turn"] == 0:
+            first_user = next(m["content"] for m in req["messages"] if m["role"] == "user")
+            rid = next(i for text, i in by_text.items() if text in first_user)
+            restarted.add((rid, "sandbox" if req["tools"] else "llm"))
+    assert restarted and not (restarted & done_before)
+    assert json.loads((run_dir / "summary.json").read_text())["samples"] == 12
+
+
+def test_infrastructure_failures_are_retried_and_kept_apart(scripted, run_async, tmp_path):
+    rows = dev_rows("chem")[:3]
+    srv = scripted({"scripts": [
+        {"match": rows[0].problem_statement, "llm_turns": [{"content": f"Answer: {rows[0].ground_truth}",
+                                                           "fail": {"status": 503, "times": 1}}]},
+        {"match": rows[1].problem_statement, "llm_turns": [{"content": "x", "fail": {"status": 500, "times": 99}}]},
+        {"match": rows[2].problem_statement, "llm_turns": [{"content": "Answer: Z"}]}]})
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps({"id": r.id, "problem_statement": r.problem_statement,
+                                        "ground_truth": r.ground_truth}) + "\n" for r in rows))
+    cfg = BenchConfig(task="chem", data=data, mode="llm", retries=1, retry_backoff_s=0.05, output_dir=tmp_path / "r",
+                      run=RunConfig(model="m", base_url=srv.url, max_retries=0))
+    result = run_async(run_bench(cfg))
+    recs = {r["id"]: r for r in result.records}
+    assert recs[rows[0].id]["score"] == 1.0 and recs[rows[0].id]["attempts"] == 2  # failed once, then fine
+    bad = recs[rows[1].id]
+    assert bad["score"] is None and "model_error" in bad["error"] and bad["attempts"] == 2
+    assert recs[rows[2].id]["score"] == 0.0 and recs[rows[2].id]["error"] is None  # wrong, not an error
+    summary = result.summary["tasks"]["chem"]["llm"]
+    assert (summary["n"], summary["errors"], summary["accuracy"]) == (2, 1, 0.5)
+
+
+def test_a_dead_model_server_stops_the_run(run_async, tmp_path):
+    import socket
+
+    from insandbox.bench.runner import MAX_CONSECUTIVE_INFRA, BenchAborted
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps({"id": f"r{i}", "problem_statement": f"q{i}", "ground_truth": "A"}) + "\n"
+                            for i in range(MAX_CONSECUTIVE_INFRA + 5)))
+    cfg = BenchConfig(task="chem", data=data, mode="llm", retries=0, concurrency=1, output_dir=tmp_path / "r",
+                      run=RunConfig(model="m", base_url=f"http://127.0.0.1:{port}/v1", max_retries=0))
+    with pytest.raises(BenchAborted, match="in a row failed"):
+        run_async(run_bench(cfg))
+    lines = (tmp_path / "r" / "results.jsonl").read_text().splitlines()
+    assert len(lines) == MAX_CONSECUTIVE_INFRA and all(json.loads(x)["error"] for x in lines)
+    assert json.loads((tmp_path / "r" / "summary.json").read_text())["errors"] == MAX_CONSECUTIVE_INFRA
+
