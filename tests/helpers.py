@@ -34,3 +34,10 @@ def cli(*args: str, env: dict | None = None, timeout: float = 300, **kw) -> subp
 def containers_with_label(label: str) -> list[str]:
     out = subprocess.run(["docker", "ps", "-aq", "--filter", f"label={label}"], capture_output=True, text=True)
     return out.stdout.split()
+
+
+def owner_of(pid: int) -> str:
+    """The owner label insandbox gives the sandboxes of process `pid`."""
+    from insandbox.sandbox.docker import LABEL_OWNER, process_start
+
+    return f"{LABEL_OWNER}={os.uname().nodename}:{pid}:{process_start(pid)}"

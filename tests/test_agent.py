@@ -4,7 +4,7 @@ from __future__ import annotations
 from insandbox import Trajectory, arun
 from insandbox.env import EnvConfig, SandboxEnv, Task
 from insandbox.tools import ToolCall
-from tests.helpers import containers_with_label
+from tests.helpers import containers_with_label, owner_of
 
 
 def _no_containers_left(traj: Trajectory) -> bool:
@@ -45,7 +45,7 @@ def test_full_run(scripted, run_async, tmp_path, docker_image):
     assert _no_containers_left(t)
 
     saved = Trajectory.load(out / "trajectory.json")
-    assert saved.schema_version == 1 and saved.exit_reason == "submitted" and len(saved.steps) == 7
+    assert saved.schema_version == 2 and saved.exit_reason == "submitted" and len(saved.steps) == 7
     s1, s2, s3, s4, s5 = saved.steps[:5]
     assert s1.tool_calls[0].output.startswith("3\n4\n") and s1.tool_calls[0].exit_code == 0
     assert s1.content == "First, the input." and s1.prompt_tokens > 0 and s1.completion_tokens > 0
@@ -164,7 +164,7 @@ def test_container_dying_mid_run_loses_nothing(scripted, run_async, tmp_path, do
             time.sleep(0.05)
         time.sleep(0.5)
         import os
-        ids = containers_with_label(f"insandbox.owner={os.uname().nodename}:{os.getpid()}")  # ours only
+        ids = containers_with_label(owner_of(os.getpid()))  # ours only
         for cid in ids:
             subprocess.run(["docker", "kill", cid], capture_output=True)
     threading.Thread(target=kill_when_asked, daemon=True).start()

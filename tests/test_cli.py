@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -11,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from insandbox.sandbox.docker import LABEL_OWNER
-from tests.helpers import cli, containers_with_label
+from tests.helpers import cli, containers_with_label, owner_of
 
 SCRIPT = {"turns": [{"tool": "execute_bash", "args": {"command": "mkdir -p /testbed/output/deep/er && "
                                                                  "echo report > /testbed/output/deep/er/r.md"}},
@@ -50,7 +48,7 @@ def test_bad_input_gets_a_clear_error(scripted, tmp_path):
     r = cli("run", "x", "--model", "m", "--base-url", "http://127.0.0.1:9/v1", "--input-dir", "/no/such/dir")
     assert r.returncode == 2 and "does not exist" in r.stderr
     r = cli("run", "x", "--model", "m", "--base-url", "http://127.0.0.1:9/v1", "--prompt-config", "/no.yaml")
-    assert r.returncode == 2 and "prompt config not found" in r.stderr
+    assert r.returncode == 2 and "--prompt-config: /no.yaml does not exist" in r.stderr
     r = cli("run", "", "--model", "m")
     assert r.returncode == 2 and "no task" in r.stderr
 
@@ -72,7 +70,7 @@ def test_signal_saves_the_run_and_removes_the_container(scripted, tmp_path, dock
     proc = subprocess.Popen([str(exe), "run", "x", "--model", "m", "--base-url", srv.url, "--output-dir",
                              str(tmp_path), "--image", docker_image, "-q"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    owner = f"{LABEL_OWNER}={os.uname().nodename}:{proc.pid}"
+    owner = owner_of(proc.pid)
     deadline = time.time() + 60
     while len(srv.requests) < 2 and time.time() < deadline:  # the model has asked for `sleep 600`
         time.sleep(0.1)

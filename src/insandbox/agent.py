@@ -3,78 +3,103 @@
     messages = system + task
     repeat:
         reply = model(messages, tools)              # one step
-        run every tool call of the reply, in order  # one tool message per call id
+        run every tool call of the reply, in order  # their results go back, one per call
         (no tool call: a short nudge instead)
-    until submit, max steps, token budget, time limit or an error
+    until the episode is over
 
-The trajectory is filled in place and saved after every step, so a run killed half way
-keeps everything up to its last step. The first model request goes out while the
-sandbox is still starting: its reply is needed before the sandbox is.
+The env's `Episode` decides when it is over and why (submit, a limit, a stuck loop, a
+failure); this file only asks and acts. The trajectory is filled in place and saved after
+every step, so a run killed half way keeps everything up to its last step. The first
+model request goes out while the sandbox is still starting: its reply is needed before
+the sandbox is.
 """
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Optional
+from collections.abc import Awaitable, Callable
+from typing import Optional, TypeVar
 
-from . import trajectory as T
 from .env import SandboxEnv, StepResult, Task
-from .models.base import ContextLengthError, ModelClient, ModelError, ModelReply
+from .episode import Episode, ExitReason, Limits
+from .models.base import ModelClient, ModelError, ModelReply
 from .prompts import PromptConfig
-from .sandbox.base import SandboxError
-from .trajectory import StepRecord, ToolCallRecord, Trajectory
+from .trajectory import FailedRequest, StepRecord, ToolCallRecord, Trajectory
 
 StepHook = Callable[[StepRecord, Trajectory], None]
+T = TypeVar("T")
 
 
-@dataclass
-class Limits:
-    """Limits the loop checks itself. The step limit is the env's (it tells the model the steps
-    left); the wall-clock limit is applied around the loop by the runner."""
-
-    token_budget: Optional[int] = None  # prompt + completion tokens over the whole run
+class TimeUp(Exception):
+    """The episode's time limit passed while waiting."""
 
 
-async def run_sandbox_loop(env: SandboxEnv, model: ModelClient, task: Task, traj: Trajectory, limits: Limits,
-                           on_step: Optional[StepHook] = None, save: Optional[Callable[[], None]] = None) -> None:
-    """Run the multi-turn loop; sets traj.exit_reason. The caller closes the env."""
-    messages = env.initial_messages(task)
+async def run_episode(env: SandboxEnv, model: ModelClient, task: Task, traj: Trajectory,
+                      on_step: Optional[StepHook] = None, save: Optional[Callable[[], None]] = None) -> None:
+    """Run one task to the end of its episode; sets traj's exit reason. The caller closes the env."""
+    messages = env.prompt_messages(task)
     traj.messages, traj.tools = messages, env.tool_schemas
-    starting = asyncio.ensure_future(env.start(task))
+    starting = asyncio.ensure_future(env.reset(task))
+    episode = env.episode
     try:
-        while True:
-            started = time.time()
-            reply = await model.complete(messages, env.tool_schemas)
+        while not episode.done:
+            reply = await _ask(model, messages, env.tool_schemas, episode, traj)
+            if reply is None:
+                break
             messages.append(reply.message)
-            await starting  # the sandbox must be up before the first tool call
-            result = await env.step(reply.tool_calls, reply.tool_call_errors)
+            await bounded(asyncio.shield(starting), episode)  # the sandbox must be up before the first call
+            result = await bounded(env.step(reply.tool_calls, reply.tool_call_errors,
+                                            tokens=reply.usage.total_tokens, as_text=reply.tool_calls_from_text),
+                                   episode)
             messages.extend(result.messages)
-            step = _step_record(len(traj.steps) + 1, started, reply, result)
+            step = step_record(len(traj.steps) + 1, reply, result)
             traj.add_step(step)
             if save:
                 save()
             if on_step:
                 on_step(step, traj)
-            if result.submitted:
-                return _finish(traj, T.SUBMITTED)
-            if result.done:
-                return _finish(traj, T.MAX_STEPS, f"no submit within {env.config.max_steps} steps")
-            if limits.token_budget is not None and traj.totals.total_tokens >= limits.token_budget:
-                return _finish(traj, T.TOKEN_BUDGET, f"{traj.totals.total_tokens} tokens used, budget "
-                                                     f"{limits.token_budget}")
-    except ContextLengthError as e:
-        _finish(traj, T.CONTEXT_LENGTH, str(e))
-    except ModelError as e:
-        _finish(traj, T.MODEL_ERROR, str(e))
-    except SandboxError as e:
-        _finish(traj, T.SANDBOX_ERROR, str(e))
+    except TimeUp:
+        episode.end_on_time()
+    except asyncio.CancelledError as e:  # Ctrl-C or SIGTERM: record it, and let the caller clean up
+        episode.end_on_error(e)
+        raise
+    except Exception as e:  # a broken sandbox (or a bug in insandbox): the episode ends, the record stays
+        episode.end_on_error(e)
     finally:
         if not starting.done():
             starting.cancel()
-        elif not starting.cancelled() and starting.exception() is not None and traj.exit_reason is None:
-            _finish(traj, T.SANDBOX_ERROR, str(starting.exception()))
+            await asyncio.gather(starting, return_exceptions=True)  # let it remove what it created
+        elif not starting.cancelled() and starting.exception() is not None:
+            episode.end_on_error(starting.exception())
+        traj.end(episode.exit_reason, episode.exit_detail)
+
+
+async def _ask(model: ModelClient, messages: list[dict], tools: Optional[list[dict]], episode: Episode,
+               traj: Trajectory) -> Optional[ModelReply]:
+    """One model request; a failure is recorded in the trajectory (its time included) and ends the episode."""
+    started = time.time()
+    try:
+        reply = await bounded(model.complete(messages, tools), episode)
+    except ModelError as e:
+        reason = episode.end_on_error(e)
+        traj.add_failed_request(FailedRequest(started_at=started, latency_s=e.latency_s or time.time() - started,
+                                              error=str(e), exit_reason=reason))
+        return None
+    reply.started_at = started
+    return reply
+
+
+async def bounded(aw: Awaitable[T], episode: Episode) -> T:
+    """Wait for `aw`, at most until the episode's time limit."""
+    left = episode.time_left()
+    if left is None:
+        return await aw
+    try:
+        return await asyncio.wait_for(aw, left)
+    except asyncio.TimeoutError:
+        if episode.time_left() == 0.0:
+            raise TimeUp() from None
+        raise
 
 
 async def run_llm_once(model: ModelClient, task: Task, prompts: PromptConfig, traj: Trajectory,
@@ -82,39 +107,29 @@ async def run_llm_once(model: ModelClient, task: Task, prompts: PromptConfig, tr
     """Plain mode: the same task as one completion without tools; returns the reply text."""
     messages = prompts.llm_messages(task.prompt, documents_text(task))
     traj.messages = messages
-    started = time.time()
-    try:
-        reply = await model.complete(messages, None)
-    except ContextLengthError as e:
-        _finish(traj, T.CONTEXT_LENGTH, str(e))
-        return None
-    except ModelError as e:
-        _finish(traj, T.MODEL_ERROR, str(e))
-        return None
-    messages.append(reply.message)
-    step = _step_record(1, started, reply, None)
-    traj.add_step(step)
-    if on_step:
-        on_step(step, traj)
-    _finish(traj, T.COMPLETED)
-    return reply.content or ""
+    episode = Episode(Limits(max_steps=1, stuck_after=None))
+    reply = await _ask(model, messages, None, episode, traj)
+    if reply is not None:
+        messages.append(reply.message)
+        step = step_record(1, reply, None)
+        traj.add_step(step)
+        if on_step:
+            on_step(step, traj)
+        episode.end(ExitReason.COMPLETED)
+    traj.end(episode.exit_reason, episode.exit_detail)
+    return None if reply is None else reply.content or ""
 
 
-def _finish(traj: Trajectory, reason: str, detail: Optional[str] = None) -> None:
-    traj.exit_reason, traj.exit_detail = reason, detail
-    traj.submitted = reason == T.SUBMITTED
-
-
-def _step_record(index: int, started: float, reply: ModelReply, result: Optional[StepResult]) -> StepRecord:
+def step_record(index: int, reply: ModelReply, result: Optional[StepResult]) -> StepRecord:
     u = reply.usage
-    step = StepRecord(index=index, started_at=started, model_latency_s=reply.latency_s,
-                      prompt_tokens=u.prompt_tokens, completion_tokens=u.completion_tokens,
-                      reasoning_tokens=u.reasoning_tokens, cached_tokens=u.cached_tokens, usage_reported=u.reported,
-                      finish_reason=reply.finish_reason, content=reply.content, reasoning=reply.reasoning,
-                      tool_calls_from_text=reply.tool_calls_from_text,
-                      notes=reply.notes + reply.tool_call_errors)
+    step = StepRecord(index=index, started_at=reply.started_at,
+                      model_latency_s=reply.latency_s, prompt_tokens=u.prompt_tokens,
+                      completion_tokens=u.completion_tokens, reasoning_tokens=u.reasoning_tokens,
+                      cached_tokens=u.cached_tokens, usage_reported=u.reported, finish_reason=reply.finish_reason,
+                      content=reply.content, reasoning=reply.reasoning,
+                      tool_calls_from_text=reply.tool_calls_from_text, notes=reply.notes + reply.tool_call_errors)
     if result is not None:
-        step.nudged, step.tool_time_s = result.nudged, result.tool_time_s
+        step.nudged, step.nudge_reason, step.tool_time_s = result.nudged, result.nudge_reason, result.tool_time_s
         step.tool_calls = [ToolCallRecord(id=o.call.id, name=o.call.name, arguments=o.call.arguments,
                                           output=o.output.text, error=o.output.error, exit_code=o.output.exit_code,
                                           timed_out=o.output.timed_out,

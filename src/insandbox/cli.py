@@ -1,4 +1,9 @@
-"""The `insandbox` command."""
+"""The `insandbox` command.
+
+Exit status: 0 the command did its work (a run that ended normally, whatever its exit
+reason); 1 the model server, the sandbox or insandbox failed; 2 bad arguments (one line
+on stderr, nothing created); 128+N after signal N.
+"""
 from __future__ import annotations
 
 import asyncio
@@ -8,7 +13,7 @@ import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -17,18 +22,22 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=N
 image_app = typer.Typer(no_args_is_help=True, help="Build and inspect the sandbox image.")
 app.add_typer(image_app, name="image")
 
-ERROR_REASONS = ("model_error", "sandbox_error")
+
+class BadArgument(Exception):
+    """Exit 2 with this one line."""
 
 
 def _fail(message: str, code: int = 2) -> None:
-    typer.echo(f"insandbox: {message}", err=True)
+    from .console import escape_controls
+
+    typer.echo(f"insandbox: {escape_controls(message)}", err=True)
     raise typer.Exit(code)
 
 
 def _run_until_done(make: Callable[[], Any]) -> tuple[Any, Optional[int]]:
     """Run a coroutine; the first Ctrl-C/SIGTERM cancels it (the run cleans up and saves),
-    a second one removes this process's containers at once and exits."""
-    from .sandbox.docker import remove_live_now
+    a second one removes this process's sandboxes at once and exits."""
+    from .sandbox import kill_all_now
 
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
@@ -42,7 +51,7 @@ def _run_until_done(make: Callable[[], Any]) -> tuple[Any, Optional[int]]:
                        "sandbox (again to force)", err=True)
             main.cancel()
         else:
-            remove_live_now()
+            kill_all_now()
             os._exit(128 + sig)
 
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -56,80 +65,174 @@ def _run_until_done(make: Callable[[], Any]) -> tuple[Any, Optional[int]]:
         loop.close()
 
 
+# ---------------------------------------------------------------------- options run and bench share
+M, T, S = "Model", "Task limits", "Sandbox"
+Model = Annotated[Optional[str], typer.Option(
+    help="Model name [env INSANDBOX_MODEL; default: the server's first model].", rich_help_panel=M)]
+BaseUrl = Annotated[Optional[str], typer.Option(
+    help="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1 [env INSANDBOX_BASE_URL].", rich_help_panel=M)]
+ApiKey = Annotated[Optional[str], typer.Option(
+    help="API key [env INSANDBOX_API_KEY, then OPENAI_API_KEY].", rich_help_panel=M)]
+Gguf = Annotated[Optional[Path], typer.Option(
+    help="Serve this local GGUF model (the default with no model configured: the embedded SmolLM2-135M).",
+    rich_help_panel=M)]
+Temperature = Annotated[Optional[float], typer.Option(help="Sampling temperature (default: the server's).",
+                                                      rich_help_panel=M)]
+MaxTokens = Annotated[Optional[int], typer.Option(help="Completion tokens per model call (default: the server's).",
+                                                  rich_help_panel=M)]
+ExtraBody = Annotated[Optional[str], typer.Option(
+    help='JSON merged into every request, e.g. \'{"chat_template_kwargs": {"enable_thinking": true}}\'.',
+    rich_help_panel=M)]
+MaxRetries = Annotated[int, typer.Option(help="Retries of a failed model request (429, 5xx, timeouts, dropped "
+                                              "connections, a body that is not a chat completion).",
+                                         rich_help_panel=M)]
+RequestTimeout = Annotated[float, typer.Option(help="Seconds one model request may take.", rich_help_panel=M)]
+SendReasoning = Annotated[bool, typer.Option(help="Send the model's reasoning_content back with its turns "
+                                                  "(for models that expect to see it).", rich_help_panel=M)]
+ToolChoice = Annotated[str, typer.Option(help="tool_choice sent with the tools: auto, required, none, or omit "
+                                              "(send none).", rich_help_panel=M)]
+MaxSteps = Annotated[Optional[int], typer.Option(help="Model calls at most (default 100; bench: the task's).",
+                                                 rich_help_panel=T)]
+TokenBudget = Annotated[Optional[int], typer.Option(help="Stop after this many prompt+completion tokens.",
+                                                    rich_help_panel=T)]
+TimeLimit = Annotated[Optional[float], typer.Option(help="Stop after this many seconds (sandbox start included).",
+                                                    rich_help_panel=T)]
+StuckAfter = Annotated[int, typer.Option(help="Stop as `stuck` after the same tool calls with the same results "
+                                              "this many times in a row (0: never).", rich_help_panel=T)]
+PromptConfig = Annotated[Optional[Path], typer.Option(
+    help="YAML with system_prompt and instance_prompt (bench: overrides the task's keys it sets).",
+    rich_help_panel=T)]
+Image = Annotated[str, typer.Option(help="Sandbox image (built on first use if it is insandbox:*).",
+                                    rich_help_panel=S)]
+CommandTimeout = Annotated[float, typer.Option(help="Seconds before a command is killed with everything it started.",
+                                               rich_help_panel=S)]
+OutputLimit = Annotated[int, typer.Option(help="Characters of a tool's output the model sees (head and tail).",
+                                          rich_help_panel=S)]
+Memory = Annotated[str, typer.Option(help="Sandbox memory limit, e.g. 512m, 4g ('none': no limit).",
+                                     rich_help_panel=S)]
+Cpus = Annotated[float, typer.Option(help="Sandbox CPU limit (0: no limit).", rich_help_panel=S)]
+PidsLimit = Annotated[int, typer.Option(help="Sandbox process limit (0: no limit).", rich_help_panel=S)]
+Network = Annotated[str, typer.Option(help="Sandbox network: bridge, none, host, or an existing Docker network.",
+                                      rich_help_panel=S)]
+EnvVars = Annotated[Optional[list[str]], typer.Option("--env", help="KEY=VALUE set in the sandbox (repeatable).",
+                                                      rich_help_panel=S)]
+CopyFileLimit = Annotated[str, typer.Option(help="Copy-back: files bigger than this stay behind (recorded), e.g. "
+                                                 "512m ('none': no limit).", rich_help_panel=S)]
+CopyTotalLimit = Annotated[str, typer.Option(help="Copy-back: at most this much in all, e.g. 1g ('none': no limit).",
+                                             rich_help_panel=S)]
+CopyFilesLimit = Annotated[int, typer.Option(help="Copy-back: at most this many files (0: no limit).",
+                                             rich_help_panel=S)]
+
+
+def _shared_settings(*, model, base_url, api_key, gguf, temperature, max_tokens, extra_body, max_retries,
+                     request_timeout, send_reasoning, tool_choice, max_steps, token_budget, time_limit, stuck_after,
+                     prompt_config, image, timeout_per_command, output_limit, memory, cpus, pids_limit, network, env,
+                     max_output_file_size, max_output_size, max_output_files) -> dict:
+    """RunConfig fields from the shared options; BadArgument for what typer cannot check."""
+    from .config import parse_size
+
+    try:
+        body = json.loads(extra_body) if extra_body else None
+    except ValueError as e:
+        raise BadArgument(f"--extra-body is not valid JSON: {e}") from None
+    if body is not None and not isinstance(body, dict):
+        raise BadArgument("--extra-body must be a JSON object")
+
+    def size(flag: str, value: str) -> Optional[int]:
+        if value.strip().lower() in ("none", ""):
+            return None
+        try:
+            return parse_size(value)
+        except ValueError as e:
+            raise BadArgument(f"{flag}: {e}") from None
+
+    out = dict(model=model, base_url=base_url, api_key=api_key, gguf=gguf, temperature=temperature,
+               max_tokens=max_tokens, extra_body=body, max_retries=max_retries, request_timeout=request_timeout,
+               send_reasoning=send_reasoning, tool_choice=None if tool_choice == "omit" else tool_choice,
+               token_budget=token_budget, time_limit=time_limit, stuck_after=stuck_after or None,
+               prompt_config=prompt_config, image=image, timeout_per_command=timeout_per_command,
+               output_limit=output_limit, memory=None if memory.lower() in ("none", "0", "") else memory,
+               cpus=cpus or None, pids_limit=pids_limit or None, network=network, env=_parse_env(env or []),
+               output_max_file_bytes=size("--max-output-file-size", max_output_file_size),
+               output_max_bytes=size("--max-output-size", max_output_size),
+               output_max_files=max_output_files or None)
+    if max_steps is not None:
+        out["max_steps"] = max_steps
+    return out
+
+
+SHARED = set(_shared_settings.__code__.co_varnames[:_shared_settings.__code__.co_kwonlyargcount])
+
+
 def _parse_env(items: list[str]) -> dict[str, str]:
     env = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise typer.BadParameter(f"--env wants KEY=VALUE, got {item!r}")
+            raise BadArgument(f"--env wants KEY=VALUE, got {item!r}")
         env[key] = value
     return env
 
 
-@app.command()
-def run(
-    query: Optional[str] = typer.Argument(None, help="The task. '-' reads it from stdin."),
-    query_file: Optional[Path] = typer.Option(None, help="Read the task from this file."),
-    model: Optional[str] = typer.Option(None, help="Model name [env INSANDBOX_MODEL; default: the server's first "
-                                                                 "model]."),
-    base_url: Optional[str] = typer.Option(None, help="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1 "
-                                                      "[env INSANDBOX_BASE_URL]."),
-    api_key: Optional[str] = typer.Option(None, help="API key [env INSANDBOX_API_KEY, then OPENAI_API_KEY]."),
-    gguf: Optional[Path] = typer.Option(None, help="Serve this local GGUF model for the run (the default when no "
-                                                   "model is configured: the embedded SmolLM2-135M)."),
-    mode: str = typer.Option("sandbox", help="sandbox: tools in a container; llm: one plain completion."),
-    max_steps: int = typer.Option(100, help="Model calls at most."),
-    temperature: Optional[float] = typer.Option(None, help="Sampling temperature (default: the server's)."),
-    max_tokens: Optional[int] = typer.Option(None, help="Completion tokens per call (default: the server's)."),
-    extra_body: Optional[str] = typer.Option(None, help='JSON merged into each request, e.g. '
-                                                        '\'{"chat_template_kwargs": {"enable_thinking": true}}\'.'),
-    prompt_config: Optional[Path] = typer.Option(None, help="YAML with system_prompt and instance_prompt."),
-    input_dir: Optional[Path] = typer.Option(None, help="Host folder copied to the sandbox's input folder."),
-    output_dir: Optional[Path] = typer.Option(None, help="Run folder (default runs/<timestamp>-<id>)."),
-    image: str = typer.Option("insandbox:latest", help="Sandbox image (built on first use if it is insandbox:*)."),
-    timeout_per_command: float = typer.Option(120.0, help="Seconds before a command is killed."),
-    token_budget: Optional[int] = typer.Option(None, help="Stop after this many prompt+completion tokens."),
-    time_limit: Optional[float] = typer.Option(None, help="Stop after this many seconds."),
-    memory: str = typer.Option("4g", help="Sandbox memory limit ('none': no limit)."),
-    cpus: float = typer.Option(2.0, help="Sandbox CPU limit (0: no limit)."),
-    pids_limit: int = typer.Option(1024, help="Sandbox process limit (0: no limit)."),
-    network: str = typer.Option("bridge", help="Sandbox network: bridge, none or host."),
-    env: list[str] = typer.Option([], "--env", help="KEY=VALUE set in the sandbox (repeatable)."),
-    output_limit: int = typer.Option(16000, help="Characters of a tool's output the model sees (head + tail)."),
-    max_retries: int = typer.Option(5, help="Retries of a failed model request (429, 5xx, timeouts)."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No step-by-step view."),
-    json_out: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout (the view goes to stderr)."),
-) -> None:
-    """Run one task: the model works in a fresh sandbox until it submits."""
+def _validated(settings: dict):
+    from .config import validated
 
-    from .config import ConfigError
-    from .console import RichView, make_console
-    from .runner import arun
-    from .sandbox.base import SandboxError
+    return validated(settings)
 
+
+def _read_query(query: Optional[str], query_file: Optional[Path]) -> str:
     if query_file is not None:
-        query = query_file.read_text(encoding="utf-8")
+        try:
+            query = query_file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise BadArgument(f"--query-file {query_file}: {getattr(e, 'strerror', None) or e}") from None
     elif query == "-":
         query = sys.stdin.read()
     if not query or not query.strip():
-        _fail("no task given: insandbox run \"your task\"")
+        raise BadArgument('no task given: insandbox run "your task" (or --query-file FILE, or - for stdin)')
+    return query
+
+
+# ---------------------------------------------------------------------- run
+@app.command()
+def run(
+    query: Annotated[Optional[str], typer.Argument(help="The task. '-' reads it from stdin.")] = None,
+    query_file: Annotated[Optional[Path], typer.Option(help="Read the task from this file.")] = None,
+    mode: Annotated[str, typer.Option(help="sandbox: tools in a container; llm: one plain completion.")] = "sandbox",
+    input_dir: Annotated[Optional[Path], typer.Option(help="Host folder copied to the sandbox's input folder.")] = None,
+    output_dir: Annotated[Optional[Path], typer.Option(help="Run folder (default runs/<timestamp>-<id>).")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No step-by-step view.")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print a JSON summary on stdout (the view goes to "
+                                                          "stderr).")] = False,
+    model: Model = None, base_url: BaseUrl = None, api_key: ApiKey = None, gguf: Gguf = None,
+    temperature: Temperature = None, max_tokens: MaxTokens = None, extra_body: ExtraBody = None,
+    max_retries: MaxRetries = 5, request_timeout: RequestTimeout = 600.0, send_reasoning: SendReasoning = False,
+    tool_choice: ToolChoice = "auto", max_steps: MaxSteps = None, token_budget: TokenBudget = None,
+    time_limit: TimeLimit = None, stuck_after: StuckAfter = 5, prompt_config: PromptConfig = None,
+    image: Image = "insandbox:latest", timeout_per_command: CommandTimeout = 120.0, output_limit: OutputLimit = 16000,
+    memory: Memory = "4g", cpus: Cpus = 2.0, pids_limit: PidsLimit = 1024, network: Network = "bridge",
+    env: EnvVars = None, max_output_file_size: CopyFileLimit = "512m", max_output_size: CopyTotalLimit = "1g",
+    max_output_files: CopyFilesLimit = 10_000,
+) -> None:
+    """Run one task: the model works in a fresh sandbox until it submits."""
+    from .config import ConfigError
+    from .console import RichView, make_console
+    from .runner import arun
+    from .sandbox import SandboxError
+
+    shared = {k: v for k, v in locals().items() if k in SHARED}
     try:
-        body = json.loads(extra_body) if extra_body else None
-    except ValueError as e:
-        _fail(f"--extra-body is not valid JSON: {e}")
-    if mode not in ("sandbox", "llm"):
-        _fail("--mode is sandbox or llm")
-    settings = dict(model=model, base_url=base_url, api_key=api_key, gguf=gguf, mode=mode, max_steps=max_steps,
-                    temperature=temperature, max_tokens=max_tokens, extra_body=body, prompt_config=prompt_config,
-                    input_dir=input_dir, output_dir=output_dir, image=image, timeout_per_command=timeout_per_command,
-                    token_budget=token_budget, time_limit=time_limit,
-                    memory=None if memory.lower() in ("none", "0", "") else memory, cpus=cpus or None,
-                    pids_limit=pids_limit or None, network=network, env=_parse_env(env), output_limit=output_limit,
-                    max_retries=max_retries)
-    view = RichView(make_console(stderr=json_out), show_steps=not quiet, max_steps=max_steps)
+        text = _read_query(query, query_file)
+        if mode not in ("sandbox", "llm"):
+            raise BadArgument("--mode is sandbox or llm")
+        settings = dict(_shared_settings(**shared), mode=mode, input_dir=input_dir, output_dir=output_dir)
+        cfg = _validated(settings)
+    except (BadArgument, ConfigError) as e:
+        _fail(str(e))
+    view = RichView(make_console(stderr=json_out), show_steps=not quiet, max_steps=cfg.max_steps)
     try:
-        result, sig = _run_until_done(lambda: arun(query, observer=view, **settings))
-    except (ConfigError, FileNotFoundError) as e:
+        result, sig = _run_until_done(lambda: arun(text, cfg, observer=view))
+    except ConfigError as e:
         _fail(str(e))
     except SandboxError as e:
         _fail(str(e), 1)
@@ -139,60 +242,57 @@ def run(
         t = result.trajectory
         typer.echo(json.dumps({"run_dir": str(result.run_dir), "exit_reason": t.exit_reason,
                                "exit_detail": t.exit_detail, "answer": result.answer, "files": result.files,
+                               "skipped": [s.model_dump() for s in t.output_skipped],
                                "totals": t.totals.model_dump()}, ensure_ascii=False))
-    if result.exit_reason in ERROR_REASONS:
+    if result.exit_reason is None or result.exit_reason.is_failure:
         raise typer.Exit(1)
 
 
+# ---------------------------------------------------------------------- bench
 @app.command()
 def bench(
-    task: Optional[str] = typer.Argument(None, help="A built-in task (math, physics, chem, biomed, long_context, "
-                                                    "instruct_follow) or a task YAML file."),
-    model: Optional[str] = typer.Option(None, help="Model name [env INSANDBOX_MODEL]."),
-    base_url: Optional[str] = typer.Option(None, help="OpenAI-compatible endpoint [env INSANDBOX_BASE_URL]."),
-    api_key: Optional[str] = typer.Option(None, help="API key [env INSANDBOX_API_KEY, then OPENAI_API_KEY]."),
-    gguf: Optional[Path] = typer.Option(None, help="Serve this local GGUF model (default with no model: the "
-                                                   "embedded one)."),
-    data: Optional[Path] = typer.Option(None, help="Local JSON/JSONL rows instead of the hub dataset."),
-    mode: str = typer.Option("sandbox", help="sandbox, llm or both (both runs the same items in both modes)."),
-    repeats: Optional[int] = typer.Option(None, help="Samples per item and mode (default: the task's)."),
-    limit: Optional[int] = typer.Option(None, help="Only the first N rows."),
-    ids: Optional[str] = typer.Option(None, help="Only these row ids (comma-separated)."),
-    concurrency: int = typer.Option(8, help="Samples in flight at once, each in its own sandbox."),
-    retries: int = typer.Option(2, help="Retries of a sample whose model server or sandbox failed."),
-    output_dir: Optional[Path] = typer.Option(None, help="Run folder (default runs/bench-<task>-<timestamp>)."),
-    resume: Optional[Path] = typer.Option(None, help="Finish this earlier run (its settings; done samples are kept)."),
-    max_steps: Optional[int] = typer.Option(None, help="Model calls per sample (default 100)."),
-    temperature: Optional[float] = typer.Option(None),
-    max_tokens: Optional[int] = typer.Option(None),
-    extra_body: Optional[str] = typer.Option(None, help="JSON merged into each request."),
-    image: str = typer.Option("insandbox:latest"),
-    timeout_per_command: float = typer.Option(120.0),
-    token_budget: Optional[int] = typer.Option(None, help="Per sample."),
-    time_limit: Optional[float] = typer.Option(None, help="Seconds per sample."),
-    memory: str = typer.Option("4g"),
-    cpus: float = typer.Option(2.0),
-    pids_limit: int = typer.Option(1024),
-    network: str = typer.Option("bridge"),
-    judge_model: Optional[str] = typer.Option(None, help="LLM judge for physics and long_context (else an offline, "
-                                                         "labelled approximation)."),
-    judge_base_url: Optional[str] = typer.Option(None, help="The judge's endpoint (default: the model's)."),
-    judge_api_key: Optional[str] = typer.Option(None),
-    judge_prompt: Optional[Path] = typer.Option(None, help="Judge prompt file with {question}, {ground_truth}, "
-                                                           "{answer}."),
-    list_tasks: bool = typer.Option(False, "--list", help="List the built-in tasks and exit."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+    task: Annotated[Optional[str], typer.Argument(help="A built-in task (math, physics, chem, biomed, long_context, "
+                                                       "instruct_follow) or a task YAML file.")] = None,
+    data: Annotated[Optional[Path], typer.Option(help="Local JSON/JSONL rows instead of the hub dataset.")] = None,
+    mode: Annotated[str, typer.Option(help="sandbox, llm or both (both runs the same items in both "
+                                           "modes).")] = "sandbox",
+    repeats: Annotated[Optional[int], typer.Option(help="Samples per item and mode (default: the task's).")] = None,
+    limit: Annotated[Optional[int], typer.Option(help="Only the first N rows.")] = None,
+    ids: Annotated[Optional[str], typer.Option(help="Only these row ids (comma-separated).")] = None,
+    concurrency: Annotated[int, typer.Option(help="Samples in flight at once, each in its own sandbox.")] = 8,
+    retries: Annotated[int, typer.Option(help="Retries of a sample whose model server or sandbox failed.")] = 2,
+    output_dir: Annotated[Optional[Path], typer.Option(help="Run folder (default "
+                                                            "runs/bench-<task>-<timestamp>).")] = None,
+    resume: Annotated[Optional[Path], typer.Option(help="Finish this earlier run with its own settings (done "
+                                                        "samples are kept; --concurrency may change).")] = None,
+    judge_model: Annotated[Optional[str], typer.Option(help="LLM judge for physics and long_context (else an "
+                                                            "offline, labelled approximation).")] = None,
+    judge_base_url: Annotated[Optional[str], typer.Option(help="The judge's endpoint (default: the "
+                                                               "model's).")] = None,
+    judge_api_key: Annotated[Optional[str], typer.Option(help="The judge's API key (default: the model's).")] = None,
+    judge_prompt: Annotated[Optional[Path], typer.Option(help="Judge prompt file with {question}, {ground_truth}, "
+                                                              "{answer}.")] = None,
+    list_tasks: Annotated[bool, typer.Option("--list", help="List the built-in tasks and exit.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+    model: Model = None, base_url: BaseUrl = None, api_key: ApiKey = None, gguf: Gguf = None,
+    temperature: Temperature = None, max_tokens: MaxTokens = None, extra_body: ExtraBody = None,
+    max_retries: MaxRetries = 5, request_timeout: RequestTimeout = 600.0, send_reasoning: SendReasoning = False,
+    tool_choice: ToolChoice = "auto", max_steps: MaxSteps = None, token_budget: TokenBudget = None,
+    time_limit: TimeLimit = None, stuck_after: StuckAfter = 5, prompt_config: PromptConfig = None,
+    image: Image = "insandbox:latest", timeout_per_command: CommandTimeout = 120.0, output_limit: OutputLimit = 16000,
+    memory: Memory = "4g", cpus: Cpus = 2.0, pids_limit: PidsLimit = 1024, network: Network = "bridge",
+    env: EnvVars = None, max_output_file_size: CopyFileLimit = "512m", max_output_size: CopyTotalLimit = "1g",
+    max_output_files: CopyFilesLimit = 10_000,
 ) -> None:
     """Benchmark a model on a task, in sandbox mode, plain mode or both."""
-
     from .bench.data import DataError
     from .bench.progress import RichBenchProgress
     from .bench.report import rich_tables, write_report
     from .bench.runner import BenchAborted, BenchConfig, run_bench
     from .bench.tasks import builtin_tasks, load_task
-    from .config import ConfigError, RunConfig
+    from .config import ConfigError
     from .console import make_console
-    from .sandbox.base import SandboxError
+    from .sandbox import SandboxError
 
     console = make_console()
     if list_tasks:
@@ -200,29 +300,25 @@ def bench(
             spec = load_task(name)
             typer.echo(f"{name:<16} repeats {spec.repeats:<3} scorer {spec.scorer:<8} {spec.description}")
         return
-    if resume is None and not task:
-        _fail("name a task (insandbox bench --list), or --resume RUN_DIR")
-    if mode not in ("sandbox", "llm", "both"):
-        _fail("--mode is sandbox, llm or both")
+    shared = {k: v for k, v in locals().items() if k in SHARED}
     try:
-        body = json.loads(extra_body) if extra_body else None
-    except ValueError as e:
-        _fail(f"--extra-body is not valid JSON: {e}")
-    run_settings = dict(model=model, base_url=base_url, api_key=api_key, gguf=gguf, temperature=temperature,
-                        max_tokens=max_tokens, extra_body=body, image=image, timeout_per_command=timeout_per_command,
-                        token_budget=token_budget, time_limit=time_limit,
-                        memory=None if memory.lower() in ("none", "0", "") else memory, cpus=cpus or None,
-                        pids_limit=pids_limit or None, network=network)
-    if max_steps is not None:
-        run_settings["max_steps"] = max_steps
-    try:
+        if resume is None and not task:
+            raise BadArgument("name a task (insandbox bench --list), or --resume RUN_DIR")
+        if mode not in ("sandbox", "llm", "both"):
+            raise BadArgument("--mode is sandbox, llm or both")
+        run_cfg = _validated(_shared_settings(**shared))
         cfg = BenchConfig(task=task or "resume", data=data, mode=mode, repeats=repeats, limit=limit,
                           ids=[i.strip() for i in ids.split(",") if i.strip()] if ids else None,
                           concurrency=concurrency, retries=retries, output_dir=output_dir, judge_model=judge_model,
                           judge_base_url=judge_base_url or base_url, judge_api_key=judge_api_key,
-                          judge_prompt=judge_prompt, run=RunConfig(**run_settings))
-    except ValueError as e:
+                          judge_prompt=judge_prompt, run=run_cfg)
+    except (BadArgument, ConfigError) as e:
         _fail(str(e))
+    except ValueError as e:  # pydantic, for the benchmark's own settings
+        from pydantic import ValidationError
+
+        from .config import describe
+        _fail(describe(e) if isinstance(e, ValidationError) else str(e))
     progress = RichBenchProgress(console, label=(Path(task).stem if task else "resume"))
     if quiet:
         from .bench.runner import _Quiet
@@ -246,15 +342,15 @@ def bench(
                   f"report: insandbox report {result.run_dir}")
 
 
+# ---------------------------------------------------------------------- the rest
 @app.command()
 def report(
-    run_dirs: list[Path] = typer.Argument(..., help="Benchmark run folders (several: compared side by side)."),
-    out: Optional[Path] = typer.Option(None, help="Where to write report.md and the figures (default: "
-                                                  "<first run>/report)."),
-    plots: bool = typer.Option(True, help="Draw the PNG figures."),
+    run_dirs: Annotated[list[Path], typer.Argument(help="Benchmark run folders (several: compared side by side).")],
+    out: Annotated[Optional[Path], typer.Option(help="Where to write report.md and the figures (default: "
+                                                     "<first run>/report).")] = None,
+    plots: Annotated[bool, typer.Option(help="Draw the PNG figures.")] = True,
 ) -> None:
     """Accuracy with confidence intervals, sandbox vs plain, capability usage, tokens and time."""
-
     from .bench.report import rich_tables, write_report
     from .console import make_console
 
@@ -270,23 +366,24 @@ def report(
 
 @image_app.command("build")
 def image_build(
-    tag: str = typer.Option("insandbox:latest", help="Image tag to build."),
-    base: Optional[str] = typer.Option(None, help="Base image (default: debian:bookworm-slim, or a debootstrapped "
-                                                  "Debian where no registry is reachable)."),
-    no_cache: bool = typer.Option(False, help="Rebuild every layer."),
-    ca_cert: list[Path] = typer.Option([], help="Extra CA certificate to trust in the image (repeatable; the "
-                                                "host's /usr/local/share/ca-certificates are always added)."),
+    tag: Annotated[str, typer.Option(help="Image tag to build.")] = "insandbox:latest",
+    base: Annotated[Optional[str], typer.Option(help="Base image (default: debian:bookworm-slim, or a debootstrapped "
+                                                     "Debian where no registry is reachable).")] = None,
+    no_cache: Annotated[bool, typer.Option(help="Rebuild every layer.")] = False,
+    ca_cert: Annotated[Optional[list[Path]], typer.Option(help="Extra CA certificate to trust in the image "
+                                                               "(repeatable; the host's /usr/local/share/"
+                                                               "ca-certificates are always added).")] = None,
 ) -> None:
     """Build the sandbox image from the Dockerfile shipped with insandbox."""
     from rich.console import Console
 
-    from .sandbox.base import SandboxError
+    from .sandbox import SandboxError
     from .sandbox.image import build_image
 
     console = Console(highlight=False)
     try:
         with console.status("building", spinner="dots") as status:
-            info = build_image(tag, base=base, no_cache=no_cache, extra_ca=ca_cert,
+            info = build_image(tag, base=base, no_cache=no_cache, extra_ca=ca_cert or [],
                                progress=lambda line: status.update(line[:120]))
     except SandboxError as e:
         _fail(str(e), 1)
@@ -294,7 +391,7 @@ def image_build(
 
 
 @image_app.command("status")
-def image_status(tag: str = typer.Option("insandbox:latest")) -> None:
+def image_status(tag: Annotated[str, typer.Option(help="Image tag to look at.")] = "insandbox:latest") -> None:
     """Say whether the image exists and how big it is."""
     from .sandbox.image import image_exists, image_info
 
@@ -306,13 +403,20 @@ def image_status(tag: str = typer.Option("insandbox:latest")) -> None:
 
 @app.command()
 def clean(
-    all_: bool = typer.Option(False, "--all", help="Also remove running sandboxes of live processes."),
-    dry_run: bool = typer.Option(False, help="Only list what would be removed."),
+    all_: Annotated[bool, typer.Option("--all", help="Also remove sandboxes whose owner process is alive (or "
+                                                     "unknown): only when no run is in progress.")] = False,
+    dry_run: Annotated[bool, typer.Option(help="Only list what would be removed.")] = False,
+    backend: Annotated[str, typer.Option(help="Sandbox backend.")] = "docker",
 ) -> None:
-    """Remove sandbox containers left behind (only containers insandbox created)."""
-    from .sandbox.cleanup import clean as do_clean
+    """Remove sandboxes left behind by processes that are gone (only sandboxes insandbox created)."""
+    from .sandbox import SandboxError, SetupError, backend_class
 
-    removed = do_clean(everything=all_, dry_run=dry_run)
+    try:
+        removed = backend_class(backend).clean(everything=all_, dry_run=dry_run)
+    except SetupError as e:
+        _fail(str(e))
+    except SandboxError as e:
+        _fail(str(e), 1)
     for c in removed:
         typer.echo(f"{'would remove' if dry_run else 'removed'} {c.name} (run {c.run_id or '?'}; {c.reason})")
     if not removed:
@@ -321,10 +425,12 @@ def clean(
 
 @app.command("serve-model")
 def serve_model(
-    gguf: Optional[Path] = typer.Option(None, help="GGUF model file (default: the embedded SmolLM2-135M-Instruct)."),
-    host: str = typer.Option("127.0.0.1"),
-    port: int = typer.Option(8080),
-    n_ctx: Optional[int] = typer.Option(None, help="Context window (default: the model's, at most 16384)."),
+    gguf: Annotated[Optional[Path], typer.Option(help="GGUF model file (default: the embedded "
+                                                      "SmolLM2-135M-Instruct).")] = None,
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8080,
+    n_ctx: Annotated[Optional[int], typer.Option(help="Context window (default: the model's, at most "
+                                                      "16384).")] = None,
 ) -> None:
     """Serve a local GGUF model (OpenAI-compatible, tool calls constrained to the tool schemas),
     so several runs or a benchmark can share one loaded model."""
@@ -341,10 +447,10 @@ def serve_model(
 
 @app.command("scripted-server")
 def scripted_server(
-    script: Path = typer.Argument(..., help="JSON or YAML script (see insandbox.models.scripted_server)."),
-    host: str = typer.Option("127.0.0.1"),
-    port: int = typer.Option(8011),
-    latency: Optional[float] = typer.Option(None, help="Seconds to wait before each answer."),
+    script: Annotated[Path, typer.Argument(help="JSON or YAML script (see insandbox.models.scripted_server).")],
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8011,
+    latency: Annotated[Optional[float], typer.Option(help="Seconds to wait before each answer.")] = None,
 ) -> None:
     """Serve a deterministic scripted model (OpenAI-compatible) for tests and demos."""
     from .models.scripted_server import ScriptedServer
@@ -357,13 +463,33 @@ def scripted_server(
         pass
 
 
-def main() -> None:
-    """Console entry point. Once the command is done (everything saved, the sandbox gone)
-    the process leaves with os._exit: the interpreter's own shutdown, tearing down openai,
-    pydantic and the Docker SDK, would add ~0.3 s to every run for nothing."""
+def _click_exceptions():
+    """Click's exception classes: typer vendors its own click from 0.2x on, older ones use click."""
     try:
-        app()
+        from typer._click import exceptions
+    except ImportError:  # pragma: no cover - older typer
+        from click import exceptions
+    return exceptions
+
+
+def main() -> None:
+    """Console entry point. Usage errors are one line and exit 2. Once the command is done
+    (everything saved, the sandbox gone) the process leaves with os._exit: the interpreter's
+    own shutdown, tearing down openai, pydantic and the Docker SDK, would add ~0.3 s to every
+    run for nothing."""
+    exc = _click_exceptions()
+    try:
+        code = app(standalone_mode=False)
+        code = code if isinstance(code, int) else 0
+    except exc.NoArgsIsHelpError as e:  # `insandbox` alone: the help, as asked
+        typer.echo(e.ctx.get_help() if e.ctx else e.format_message())
         code = 0
+    except exc.UsageError as e:
+        path = e.ctx.command_path if e.ctx else "insandbox"
+        typer.echo(f"insandbox: {e.format_message()} (see {path} --help)", err=True)
+        code = 2
+    except typer.Abort:
+        code = 130
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     sys.stdout.flush()

@@ -2,16 +2,32 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
-from typing import Literal, Optional
+from typing import TYPE_CHECKING, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+if TYPE_CHECKING:
+    from .env import EnvConfig
+    from .prompts import PromptConfig
 
 DEFAULT_IMAGE = "insandbox:latest"
+TOOL_CHOICES = ("auto", "required", "none")
+# bridge, none and host are Docker's own; any other name must be an existing network
+_NETWORK_NAME = re.compile(r"^(container:)?[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
 class ConfigError(ValueError):
     """A setting is missing or wrong; the message says how to fix it."""
+
+
+def parse_size(text: str) -> int:
+    """Bytes from 512, 512k, 64m, 1.5g (binary units)."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*", str(text).lower())
+    if not m:
+        raise ValueError(f"{text!r} is not a size (e.g. 512m, 2g)")
+    return int(float(m.group(1)) * 1024 ** " kmgt".index(m.group(2) or " "))
 
 
 class RunConfig(BaseModel):
@@ -22,11 +38,12 @@ class RunConfig(BaseModel):
     base_url: Optional[str] = None  # default: $INSANDBOX_BASE_URL
     api_key: Optional[str] = Field(default=None, repr=False)  # default: $INSANDBOX_API_KEY, $OPENAI_API_KEY
     temperature: Optional[float] = None  # None: the server's default
-    max_tokens: Optional[int] = None  # per model call; None: the server's default
+    max_tokens: Optional[int] = Field(default=None, ge=1)  # per model call; None: the server's default
     extra_body: Optional[dict] = None  # merged into each request, e.g. {"chat_template_kwargs": {...}}
-    max_retries: int = 5
-    request_timeout: float = 600.0
+    max_retries: int = Field(default=5, ge=0)
+    request_timeout: float = Field(default=600.0, gt=0)  # seconds for one model request
     send_reasoning: bool = False  # send reasoning_content back in the history
+    tool_choice: Optional[str] = "auto"  # sent whenever tools are offered; None: never sent
     gguf: Optional[Path] = None  # a local GGUF model, served by the embedded server
     n_ctx: Optional[int] = None  # the embedded server's context window (default: the model's, at most 16k)
 
@@ -35,27 +52,70 @@ class RunConfig(BaseModel):
     max_steps: int = Field(default=100, ge=1)
     token_budget: Optional[int] = Field(default=None, ge=1)
     time_limit: Optional[float] = Field(default=None, gt=0)
+    stuck_after: Optional[int] = Field(default=5, ge=2)  # identical steps in a row -> `stuck`; None: off
     prompt_config: Optional[Path] = None
     input_dir: Optional[Path] = None
     output_dir: Optional[Path] = None  # the run folder; default runs/<timestamp>-<id>
     runs_root: Path = Path("runs")
 
     # the sandbox
+    backend: str = "docker"
     image: str = DEFAULT_IMAGE
     timeout_per_command: float = Field(default=120.0, gt=0)
     output_limit: int = Field(default=16000, ge=200)  # characters per observation
     memory: Optional[str] = "4g"
-    cpus: Optional[float] = 2.0
-    pids_limit: Optional[int] = 1024
+    cpus: Optional[float] = Field(default=2.0, gt=0)
+    pids_limit: Optional[int] = Field(default=1024, ge=1)
     network: str = "bridge"
     env: dict[str, str] = Field(default_factory=dict)
     build_image: bool = True  # build the image when it is missing (insandbox images only)
 
+    # copy-back of the output folder (None: no limit)
+    output_max_file_bytes: Optional[int] = Field(default=512 * 1024 ** 2, ge=0)
+    output_max_bytes: Optional[int] = Field(default=1024 ** 3, ge=0)
+    output_max_files: Optional[int] = Field(default=10_000, ge=0)
+
     @field_validator("input_dir")
     @classmethod
     def _input_exists(cls, v: Optional[Path]) -> Optional[Path]:
-        if v is not None and not Path(v).exists():
-            raise ValueError(f"input dir {v} does not exist")
+        if v is not None and not Path(v).is_dir():
+            raise ValueError(f"{v} is not a folder" if Path(v).exists() else f"{v} does not exist")
+        return v
+
+    @field_validator("prompt_config")
+    @classmethod
+    def _prompt_config_exists(cls, v: Optional[Path]) -> Optional[Path]:
+        if v is not None and not Path(v).is_file():
+            raise ValueError(f"{v} does not exist")
+        return v
+
+    @field_validator("tool_choice")
+    @classmethod
+    def _tool_choice(cls, v: Optional[str]) -> Optional[str]:
+        if v is not None and v not in TOOL_CHOICES:
+            raise ValueError(f"{v!r}: use {', '.join(TOOL_CHOICES)} (or none at all: omit)")
+        return v
+
+    @field_validator("network")
+    @classmethod
+    def _network(cls, v: str) -> str:
+        if not _NETWORK_NAME.match(v):
+            raise ValueError(f"{v!r} is not a network: use bridge, none, host or the name of a Docker network")
+        return v
+
+    @field_validator("memory")
+    @classmethod
+    def _memory(cls, v: Optional[str]) -> Optional[str]:
+        if v is not None:
+            parse_size(v)
+        return v
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, v: dict[str, str]) -> dict[str, str]:
+        for key in v:
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+                raise ValueError(f"{key!r} is not a variable name")
         return v
 
     def with_environment(self) -> RunConfig:
@@ -77,3 +137,37 @@ class RunConfig(BaseModel):
         data = self.model_dump(mode="json", exclude={"api_key"})
         data["api_key_set"] = bool(self.api_key)
         return data
+
+    def env_config(self, prompts: PromptConfig, run_id: str = "") -> EnvConfig:
+        """The environment settings of one episode of this run."""
+        from .env import EnvConfig
+        from .sandbox import CopyLimits, SandboxLimits
+
+        return EnvConfig(
+            prompts=prompts, image=self.image, backend=self.backend, run_id=run_id,
+            limits=SandboxLimits(self.memory, self.cpus, self.pids_limit, self.network), env_vars=dict(self.env),
+            max_steps=self.max_steps, token_budget=self.token_budget, time_limit=self.time_limit,
+            stuck_after=self.stuck_after, command_timeout=self.timeout_per_command,
+            output_limit_chars=self.output_limit,
+            copy_limits=CopyLimits(self.output_max_file_bytes, self.output_max_bytes, self.output_max_files))
+
+
+def validated(data: dict) -> RunConfig:
+    """A RunConfig, or a ConfigError saying in one line which setting is wrong and why."""
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(describe(e)) from None
+
+
+def describe(e: ValidationError) -> str:
+    """pydantic's errors as `--flag: what is wrong`, one per setting, on one line."""
+    parts = []
+    for err in e.errors():
+        field = ".".join(str(x) for x in err.get("loc", ())) or "settings"
+        msg = err.get("msg", "invalid")
+        msg = msg.removeprefix("Value error, ")
+        if err.get("type") == "extra_forbidden":
+            msg = "unknown setting"
+        parts.append(f"--{field.replace('_', '-')}: {msg}")
+    return "; ".join(parts)

@@ -1,7 +1,14 @@
-"""What a person sees on the terminal: one block per step as it happens, a summary at the end."""
+"""What a person sees on the terminal: one block per step as it happens, a summary at the end.
+
+Everything that comes from the sandbox or the model goes through `shown()`: control
+characters (escape sequences that clear the screen, write the clipboard with OSC 52, set
+the title, ...) are displayed escaped, never sent to the operator's terminal, and rich
+markup in it is shown as text.
+"""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Optional
 
@@ -9,12 +16,30 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from .episode import ExitReason
 from .runner import RunResult
 from .trajectory import StepRecord, ToolCallRecord, Trajectory
 
 PREVIEW_LINES = 8
-REASON_STYLE = {"submitted": "green", "completed": "green", "max_steps": "yellow", "token_budget": "yellow",
-                "time_limit": "yellow", "interrupted": "yellow"}
+# C0 controls except tab and newline, DEL, C1 controls; and bidirectional overrides, which reorder what is shown
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def escape_controls(text: str) -> str:
+    """Text with every control character written out (\\x1b, \\r, ...), undecodable bytes as \\xNN."""
+    text = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace") if text else ""
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+
+
+def shown(text: object) -> str:
+    """Untrusted text, safe to print through rich."""
+    return escape(escape_controls(str(text)))
+
+
+def reason_style(reason: Optional[ExitReason]) -> str:
+    if reason is None or reason.is_failure:
+        return "red"
+    return "yellow" if reason.is_limit else "green"
 
 
 def make_console(stderr: bool = False) -> Console:
@@ -26,7 +51,7 @@ def make_console(stderr: bool = False) -> Console:
 
 
 def _clip_lines(text: str, n: int = PREVIEW_LINES, width: int = 160) -> tuple[list[str], int]:
-    lines = text.splitlines()
+    lines = [ln.removesuffix("\r") for ln in text.split("\n")]  # CRLF output reads as lines, other \r is shown
     return [ln if len(ln) <= width else ln[:width] + "…" for ln in lines[:n]], max(len(lines) - n, 0)
 
 
@@ -58,14 +83,14 @@ class RichView:
     def on_status(self, text: str) -> None:
         """A lasting message (e.g. 'building the image')."""
         self._stop_spinner()
-        self.console.print(f"[dim]· {escape(text)}[/dim]")
+        self.console.print(f"[dim]· {shown(text)}[/dim]")
 
     def on_progress(self, text: str) -> None:
         """A transient line under a spinner (e.g. the image build's current step)."""
         if self._spinner is None:
             self._spinner = self.console.status("", spinner="dots")
             self._spinner.start()
-        self._spinner.update(escape(text[:150]))
+        self._spinner.update(shown(text[:150]))
 
     def _stop_spinner(self) -> None:
         if self._spinner is not None:
@@ -78,11 +103,12 @@ class RichView:
         where = f" @ {c.get('base_url')}" if c.get("base_url") else ""
         if c.get("base_url") == "embedded":
             where = " (embedded local model)"
-        self.console.print(f"[bold]insandbox[/bold] · {traj.mode} mode · model [cyan]{escape(str(c.get('model')))}"
-                           f"[/cyan]{escape(where)}" + (f" · image {c.get('image')}" if traj.mode == "sandbox" else ""))
-        self.console.print(f"run folder: {escape(str(run_dir))}")
+        image = f" · image {shown(c.get('image'))}" if traj.mode == "sandbox" else ""
+        self.console.print(f"[bold]insandbox[/bold] · {traj.mode} mode · model [cyan]{shown(c.get('model'))}"
+                           f"[/cyan]{shown(where)}{image}")
+        self.console.print(f"run folder: {shown(run_dir)}")
         lines, more = _clip_lines(traj.task.get("prompt", ""), 4)
-        self.console.print("[bold]task:[/bold] " + escape("\n      ".join(lines)) + (" …" if more else ""))
+        self.console.print("[bold]task:[/bold] " + shown("\n      ".join(lines)) + (" …" if more else ""))
 
     def on_step(self, step: StepRecord, traj: Trajectory) -> None:
         if not self.show_steps:
@@ -93,14 +119,14 @@ class RichView:
                            f"model {step.model_latency_s:.2f}s · {tokens} [blue]──[/blue]")
         if step.reasoning and step.reasoning.strip():
             lines, more = _clip_lines(step.reasoning.strip(), 2)
-            self.console.print("[magenta dim]thinking: " + escape(" ".join(lines)) + (" …" if more else "") + "[/]")
+            self.console.print("[magenta dim]thinking: " + shown(" ".join(lines)) + (" …" if more else "") + "[/]")
         if step.content and step.content.strip():
             lines, more = _clip_lines(step.content.strip(), 3)
-            self.console.print("[dim]" + escape("\n".join(lines)) + (" …" if more else "") + "[/dim]")
+            self.console.print("[dim]" + shown("\n".join(lines)) + (" …" if more else "") + "[/dim]")
         if step.nudged:
-            self.console.print("[yellow]no tool call: nudged[/yellow]")
+            self.console.print(f"[yellow]nudged: {shown(step.nudge_reason or 'no tool call')}[/yellow]")
         for call in step.tool_calls:
-            self.console.print(f"[bold]{escape(describe_call(call))}[/bold]")
+            self.console.print(f"[bold]{shown(describe_call(call))}[/bold]")
             if call.name == "submit" and not call.error:
                 continue
             output = call.output
@@ -108,7 +134,7 @@ class RichView:
                 output = output.rsplit("\n[exit code:", 1)[0]
             lines, more = _clip_lines(output)
             for ln in lines:
-                self.console.print("  │ " + escape(ln), style="red" if call.error else None)
+                self.console.print("  │ " + shown(ln), style="red" if call.error else None)
             if more:
                 self.console.print(f"  │ [dim]… {more} more lines[/dim]")
             status = f"exit {call.exit_code}" if call.exit_code is not None else ("error" if call.error else "ok")
@@ -122,19 +148,25 @@ class RichView:
         table = Table(show_header=False, box=None, padding=(0, 2))
         table.add_column(style="bold", no_wrap=True)
         table.add_column(overflow="fold")  # paths wrap, never get cut
-        style = REASON_STYLE.get(t.exit_reason or "", "red")
+        style = reason_style(t.exit_reason)
         table.add_row("exit reason", f"[{style}]{t.exit_reason}[/{style}]" +
-                      (f" [dim]({escape(t.exit_detail)})[/dim]" if t.exit_detail else ""))
-        table.add_row("steps", f"{tot.steps} ({tot.tool_calls} tool calls)")
+                      (f" [dim]({shown(t.exit_detail)})[/dim]" if t.exit_detail else ""))
+        failed = f", {tot.failed_requests} failed model request(s)" if tot.failed_requests else ""
+        table.add_row("steps", f"{tot.steps} ({tot.tool_calls} tool calls{failed})")
         table.add_row("tokens", f"{tot.prompt_tokens:,} prompt · {tot.completion_tokens:,} completion")
         table.add_row("time", f"{tot.wall_time_s:.1f}s wall · {tot.model_time_s:.1f}s model · "
                               f"{tot.tool_time_s:.1f}s tools")
-        table.add_row("trajectory", escape(str(result.run_dir / "trajectory.json")))
+        table.add_row("trajectory", shown(result.run_dir / "trajectory.json"))
         if result.files:
-            table.add_row("files", escape(f"{result.run_dir / 'files'} ({len(result.files)}: "
-                                          f"{', '.join(result.files[:5])}{' …' if len(result.files) > 5 else ''})"))
+            table.add_row("files", shown(f"{result.run_dir / 'files'} ({len(result.files)}: "
+                                         f"{', '.join(result.files[:5])}{' …' if len(result.files) > 5 else ''})"))
+        if t.output_skipped:
+            lines = [f"{s.path}: {s.reason}" for s in t.output_skipped[:8]]
+            more = f"\n… {len(t.output_skipped) - 8} more (trajectory.json: output_skipped)" \
+                if len(t.output_skipped) > 8 else ""
+            table.add_row("[yellow]not copied[/yellow]", shown("\n".join(lines)) + more)
         if result.answer is not None:
             lines, more = _clip_lines(result.answer.strip(), 6)
-            table.add_row("answer", escape("\n".join(lines)) + (" …" if more else ""))
+            table.add_row("answer", shown("\n".join(lines)) + (" …" if more else ""))
         self.console.print("[blue]" + "─" * 60 + "[/blue]")
         self.console.print(table)

@@ -1,27 +1,45 @@
 """The environment side of a run, usable without the agent loop (e.g. by an RL trainer
 that produces tokens itself):
 
-    env = SandboxEnv(EnvConfig())
-    messages = await env.reset(Task("Compute 2**100 and write it to /testbed/answer.txt"))
-    result = await env.step(tool_calls)        # -> tool messages, done
-    answer = await env.read_answer()
-    await env.close()
+    async with SandboxEnv(EnvConfig(max_steps=20)) as env:
+        for task in tasks:
+            messages = await env.reset(task)       # a fresh sandbox and fresh tools each time
+            while not done:
+                result = await env.step(tool_calls, tokens=n)   # -> tool messages, done, exit_reason
+            answer = await env.read_answer()
+    # leaving the block removes every sandbox the env created
 
-It owns the sandbox, the tools, the step count (and the "steps left" note the model
-sees) and reading the answer back.
+It owns one episode at a time: the sandbox, the tools (the editor's undo history is per
+episode), the step count and the "steps left" note the model sees, the limits (through
+`Episode`), and reading the answer and the output files back.
 """
 from __future__ import annotations
 
+import logging
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Union
 
+from .episode import Episode, ExitReason, Limits
+from .models.tool_text import tool_response_message
 from .prompts import PromptConfig, load_prompt_config
-from .sandbox import Sandbox, SandboxError, SandboxLimits, SandboxSpec, create_sandbox
+from .sandbox import (
+    CopyLimits,
+    CopyResult,
+    OperationError,
+    Sandbox,
+    SandboxError,
+    SandboxLimits,
+    SandboxSpec,
+    Skipped,
+    create_sandbox,
+)
 from .tools import Tool, ToolBox, ToolCall, ToolOutput, default_tools
 
-NUDGE = ("Your reply had no tool call. Continue with execute_bash or str_replace_editor, or call submit if the "
-         "task is done.")
+log = logging.getLogger(__name__)
+
+NUDGE = ("Continue with execute_bash or str_replace_editor, or call submit if the task is done.")
 MAX_ANSWER_BYTES = 1024 * 1024
 
 
@@ -37,14 +55,25 @@ class Task:
 class EnvConfig:
     prompts: PromptConfig = field(default_factory=load_prompt_config)
     image: str = "insandbox:latest"
-    limits: SandboxLimits = field(default_factory=SandboxLimits)
+    limits: SandboxLimits = field(default_factory=SandboxLimits)  # the sandbox's resources
     env_vars: dict = field(default_factory=dict)
     max_steps: int = 100
+    token_budget: Optional[int] = None
+    time_limit: Optional[float] = None  # seconds per episode, sandbox start included
+    stuck_after: Optional[int] = 5  # identical steps in a row that end the episode as `stuck`; None: off
     command_timeout: float = 120.0
     output_limit_chars: int = 16000  # per observation
-    max_output_bytes: int = 1024 ** 3  # copied back from the output folder at most
+    copy_limits: CopyLimits = field(default_factory=CopyLimits)  # what comes back from the output folder
     backend: str = "docker"
     run_id: str = ""
+
+    def episode_limits(self) -> Limits:
+        return Limits(max_steps=self.max_steps, token_budget=self.token_budget, time_limit=self.time_limit,
+                      stuck_after=self.stuck_after)
+
+    def sandbox_spec(self) -> SandboxSpec:
+        return SandboxSpec(image=self.image, workdir=self.prompts.working_dir, limits=self.limits, env=self.env_vars,
+                           run_id=self.run_id, output_limit_chars=self.output_limit_chars)
 
 
 @dataclass
@@ -56,89 +85,140 @@ class Observation:
 
 @dataclass
 class StepResult:
-    messages: list[dict]  # to append to the conversation: one tool message per call, or a nudge
+    messages: list[dict]  # to append to the conversation: the tools' results, or a nudge
     observations: list[Observation]
     done: bool
     submitted: bool
     nudged: bool = False
     tool_time_s: float = 0.0
+    exit_reason: Optional[ExitReason] = None  # set when done
+    exit_detail: Optional[str] = None
+    nudge_reason: Optional[str] = None
+
+
+@dataclass
+class Collected:
+    """What came back from the sandbox at the end of an episode."""
+
+    answer: Optional[str] = None
+    files: list[str] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)  # the answer file and output entries not copied
+
+
+ToolsFactory = Callable[[], Iterable[Tool]]
 
 
 class SandboxEnv:
-    def __init__(self, config: Optional[EnvConfig] = None, tools: Optional[list[Tool]] = None,
-                 sandbox: Optional[Sandbox] = None):
+    def __init__(self, config: Optional[EnvConfig] = None, tools: Optional[ToolsFactory] = None):
+        """`tools` makes a fresh set of tools for each episode (default: the three standard ones)."""
         self.config = config or EnvConfig()
-        p = self.config.prompts
-        self.toolbox = ToolBox(tools or default_tools(self.config.command_timeout, p.working_dir,
-                                                      self.config.output_limit_chars))
-        self.sandbox = sandbox
-        self.steps_taken = 0
-        self.submitted = False
+        c = self.config
+        self._make_tools = tools or (lambda: default_tools(c.command_timeout, c.prompts.working_dir,
+                                                           c.output_limit_chars))
+        self.toolbox = ToolBox(self._make_tools())
+        self.sandbox: Optional[Sandbox] = None
+        self.episode: Optional[Episode] = None
+        self._started = False  # the current episode's sandbox is up
+        self._open: list[Sandbox] = []  # created by this env and not removed yet
 
+    async def __aenter__(self) -> SandboxEnv:
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    # ------------------------------------------------------------------ state
     @property
     def tool_schemas(self) -> list[dict]:
         return self.toolbox.schemas()
 
     @property
     def steps_left(self) -> int:
-        return max(self.config.max_steps - self.steps_taken, 0)
+        return self.episode.steps_left if self.episode else self.config.max_steps
 
     @property
     def done(self) -> bool:
-        return self.submitted or self.steps_left == 0
+        return self.episode is not None and self.episode.done
+
+    @property
+    def submitted(self) -> bool:
+        return self.episode is not None and self.episode.submitted
 
     # ------------------------------------------------------------------ episode
-    def initial_messages(self, task: Task) -> list[dict]:
-        """The system and user messages; needs no sandbox (the first model call can start early)."""
+    def prompt_messages(self, task: Task) -> list[dict]:
+        """The system and user messages of a task; needs no sandbox (a first model call can start early)."""
         return self.config.prompts.sandbox_messages(task.prompt)
 
-    async def start(self, task: Task) -> None:
-        """Start the sandbox and put the task's input files in place."""
-        p, c = self.config.prompts, self.config
-        if self.sandbox is None:
-            self.sandbox = create_sandbox(SandboxSpec(image=c.image, workdir=p.working_dir, limits=c.limits,
-                                                      env=c.env_vars, run_id=c.run_id,
-                                                      output_limit_chars=c.output_limit_chars), c.backend)
-        await self.sandbox.start()
+    def reset(self, task: Task) -> Awaitable[list[dict]]:
+        """Begin a new episode and return an awaitable that removes the previous sandbox, starts a
+        fresh one with the task's input files, and gives the episode's first messages.
+
+        The new episode (step count, limits and clock, fresh tools) exists as soon as reset()
+        returns, so a caller may start the first model request while the sandbox starts."""
+        self.episode = Episode(self.config.episode_limits())
+        self.toolbox = ToolBox(self._make_tools())
+        previous, self.sandbox, self._started = self.sandbox, None, False
+        return self._start(task, previous)
+
+    async def _start(self, task: Task, previous: Optional[Sandbox]) -> list[dict]:
+        if previous is not None:
+            await self._remove(previous, quietly=True)
+        c, p = self.config, self.config.prompts
+        sandbox = create_sandbox(c.sandbox_spec(), c.backend)
+        self._open.append(sandbox)
+        self.sandbox = sandbox
+        await sandbox.start()
         if task.input_dir is not None:
-            await self.sandbox.copy_in(Path(task.input_dir), p.input_dir)
+            await sandbox.copy_in(Path(task.input_dir), p.input_dir)
         if task.input_files:
             files = {k: v.encode("utf-8") if isinstance(v, str) else v for k, v in task.input_files.items()}
-            await self.sandbox.copy_in_files(files, p.input_dir)
-        res = await self.sandbox.exec(["mkdir", "-p", "--", p.input_dir, p.output_dir])
+            await sandbox.copy_in_files(files, p.input_dir)
+        res = await sandbox.exec(["mkdir", "-p", "--", p.input_dir, p.output_dir])
         if res.exit_code != 0:
             raise SandboxError(f"cannot create {p.input_dir} and {p.output_dir}: {res.stderr.strip()}")
+        self._started = True
+        return self.prompt_messages(task)
 
-    async def reset(self, task: Task) -> list[dict]:
-        self.steps_taken, self.submitted = 0, False
-        messages = self.initial_messages(task)
-        await self.start(task)
-        return messages
+    async def step(self, tool_calls: list[ToolCall], parse_errors: Optional[list[str]] = None, *,
+                   tokens: int = 0, as_text: bool = False) -> StepResult:
+        """Run one model turn's tool calls, in order; a turn without calls gets a nudge.
 
-    async def step(self, tool_calls: list[ToolCall], parse_errors: Optional[list[str]] = None) -> StepResult:
-        """Run one model turn's tool calls, in order. A turn without calls gets a nudge."""
-        if self.done:
-            raise RuntimeError("the episode is over (submitted or out of steps); call reset()")
-        self.steps_taken += 1
-        observations, messages, tool_time = [], [], 0.0
+        `tokens`: what the turn cost (prompt + completion), for the token budget. `as_text`: the
+        calls were written as <tool_call> text, so their results go back as text too."""
+        ep = self.episode
+        if ep is None or self.sandbox is None or not self._started:
+            raise RuntimeError("no episode in progress: await env.reset(task) first")
+        if ep.done:
+            raise RuntimeError(f"the episode is over ({ep.exit_reason}); call reset() for a new one")
+        observations, tool_time, submitted = [], 0.0, False
         for call in tool_calls:
-            if self.submitted:
+            if submitted:
                 out, took = ToolOutput("Not run: submit was called earlier in this reply.", error=True), 0.0
             else:
                 out, took = await self.toolbox.call(self.sandbox, call)
-            self.submitted = self.submitted or out.submitted
+            submitted = submitted or out.submitted
             tool_time += took
             observations.append(Observation(call, out, took))
-            messages.append({"role": "tool", "tool_call_id": call.id, "content": out.text})
-        nudged = not tool_calls
-        if nudged:
-            text = NUDGE
-            if parse_errors:
-                text = "Your tool call could not be read: " + "; ".join(parse_errors) + "\n" + NUDGE
-            messages.append({"role": "user", "content": text})
-        if not self.submitted and self.steps_left > 0:
+        nudge_reason = None
+        if not tool_calls:
+            nudge_reason = ("your tool call could not be read: " + "; ".join(parse_errors) if parse_errors
+                            else "your reply had no tool call")
+        ep.after_step(tokens, submitted, _signature(observations, nudge_reason))
+        messages = self._messages(observations, parse_errors or [], nudge_reason, as_text)
+        if not ep.done:
             messages[-1]["content"] += "\n\n" + self.steps_note()
-        return StepResult(messages, observations, self.done, self.submitted, nudged, tool_time)
+        return StepResult(messages, observations, ep.done, ep.submitted, nudge_reason is not None, tool_time,
+                          ep.exit_reason, ep.exit_detail, nudge_reason)
+
+    @staticmethod
+    def _messages(observations: list[Observation], parse_errors: list[str], nudge_reason: Optional[str],
+                  as_text: bool) -> list[dict]:
+        if nudge_reason is not None:
+            return [{"role": "user", "content": f"{nudge_reason[0].upper()}{nudge_reason[1:]}. {NUDGE}"}]
+        if as_text:
+            extra = "".join(f"\nA <tool_call> block could not be read: {e}" for e in parse_errors)
+            return [tool_response_message([o.output.text for o in observations], extra.strip())]
+        return [{"role": "tool", "tool_call_id": o.call.id, "content": o.output.text} for o in observations]
 
     def steps_note(self) -> str:
         left = self.steps_left
@@ -146,25 +226,82 @@ class SandboxEnv:
             return "[1 step left: this is your last reply. Make sure the answer is written, then call submit.]"
         return f"[{left} steps left]"
 
+    # ------------------------------------------------------------------ results
     async def read_answer(self) -> Optional[str]:
-        """The answer file: {working_dir}/answer.txt, else {output_dir}/answer.txt."""
-        if self.sandbox is None:
+        """The answer file's text: {working_dir}/answer.txt, else {output_dir}/answer.txt."""
+        return (await self._answer([]))
+
+    async def _answer(self, skipped: list[Skipped]) -> Optional[str]:
+        """Never blocks and never fails: an answer file that cannot be read (a dangling link, a FIFO,
+        a directory, too big) is recorded in `skipped` and the next place is tried."""
+        if self.sandbox is None or not self._started:
             return None
         p = self.config.prompts
         for path in (f"{p.working_dir}/answer.txt", f"{p.output_dir}/answer.txt"):
-            st = await self.sandbox.stat(path)
-            if st is not None and not st.is_dir:
-                data = await self.sandbox.read_file(path, max_bytes=MAX_ANSWER_BYTES)
-                return data.decode("utf-8", "replace")
+            try:
+                real, st = await self.sandbox.resolve(path)
+                if st is None:
+                    if real != path:
+                        skipped.append(Skipped(path, f"symbolic link to {real}, which does not exist"))
+                    continue
+                if not st.is_file:
+                    skipped.append(Skipped(path, f"a {st.kind}, not a regular file: not read as the answer"))
+                    continue
+                if st.size > MAX_ANSWER_BYTES:
+                    skipped.append(Skipped(path, f"{st.size:,} bytes, over the {MAX_ANSWER_BYTES:,}-byte limit "
+                                                 "for an answer: not read", st.size))
+                    continue
+                data = await self.sandbox.read_file(real, max_bytes=MAX_ANSWER_BYTES)
+            except OperationError as e:
+                skipped.append(Skipped(path, f"not read: {e}"))
+                continue
+            return data.decode("utf-8", "replace")
         return None
 
-    async def collect_outputs(self, host_dir: Path) -> list[str]:
-        """Copy everything under the output folder to host_dir; returns the files written."""
-        if self.sandbox is None:
-            return []
-        return await self.sandbox.copy_out(self.config.prompts.output_dir, Path(host_dir),
-                                           self.config.max_output_bytes)
+    async def collect_outputs(self, host_dir: Path) -> CopyResult:
+        """Copy the output folder's files to host_dir, file by file within config.copy_limits."""
+        if self.sandbox is None or not self._started:
+            return CopyResult()
+        return await self.sandbox.copy_out(self.config.prompts.output_dir, Path(host_dir), self.config.copy_limits)
 
+    async def collect(self, files_dir: Path) -> Collected:
+        """The answer and the output files, with everything that was left behind and why."""
+        out = Collected()
+        out.answer = await self._answer(out.skipped)
+        copied = await self.collect_outputs(files_dir)
+        out.files = copied.files
+        out_dir = self.config.prompts.output_dir.rstrip("/")
+        out.skipped += [Skipped(f"{out_dir}/{s.path}", s.reason, s.size) for s in copied.skipped]
+        return out
+
+    # ------------------------------------------------------------------ lifetime
     async def close(self) -> None:
-        if self.sandbox is not None:
-            await self.sandbox.close()
+        """Remove every sandbox this env created (also after failures; safe to call again)."""
+        errors = []
+        for sandbox in list(self._open):
+            try:
+                await self._remove(sandbox)
+            except SandboxError as e:
+                errors.append(e)
+        self.sandbox, self._started = None, False
+        if errors:
+            raise errors[0]
+
+    async def _remove(self, sandbox: Sandbox, quietly: bool = False) -> None:
+        try:
+            await sandbox.close()
+        except SandboxError as e:
+            if not quietly:
+                raise
+            log.warning("could not remove the previous sandbox (close() will try again): %s", e)
+            return
+        if sandbox in self._open:
+            self._open.remove(sandbox)
+
+
+def _signature(observations: list[Observation], nudge_reason: Optional[str]) -> Optional[tuple]:
+    """What a step called and what it got back: equal signatures in a row mean a stuck loop.
+    A turn without calls has none (it called nothing, so it repeated no call)."""
+    if nudge_reason is not None:
+        return None
+    return tuple((o.call.name, o.call.arguments, o.output.text) for o in observations)

@@ -1,4 +1,6 @@
-"""One run, end to end: settings -> run folder -> model + sandbox -> loop -> outputs.
+"""One run, end to end: settings -> sandbox backend ready -> model -> run folder -> episode ->
+outputs. Thin glue: the episode is the env's (env.py) and the loop's (agent.py); everything
+about containers is the backend's (sandbox/).
 
 `arun()` is the async entry point (many runs can share one event loop); `run()` wraps
 it for scripts. The run folder holds trajectory.json (rewritten after every step),
@@ -14,15 +16,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Protocol
 
-from . import trajectory as T
-from .agent import Limits, run_llm_once, run_sandbox_loop
-from .config import ConfigError, RunConfig
-from .env import EnvConfig, SandboxEnv, Task
+from .agent import run_episode, run_llm_once
+from .config import ConfigError, RunConfig, validated
+from .env import SandboxEnv, Task
+from .episode import ExitReason
 from .models.base import ModelClient
 from .models.openai_compat import OpenAIChatClient
 from .prompts import PromptConfig, load_prompt_config
-from .sandbox.base import SandboxError, SandboxLimits
-from .trajectory import StepRecord, Trajectory
+from .sandbox import OperationError, SandboxError, SandboxLimits, SandboxSpec, SetupError, backend_class
+from .trajectory import SkippedOutput, StepRecord, Trajectory
 
 
 @dataclass
@@ -33,7 +35,7 @@ class RunResult:
     files: list[str] = field(default_factory=list)
 
     @property
-    def exit_reason(self) -> Optional[str]:
+    def exit_reason(self) -> Optional[ExitReason]:
         return self.trajectory.exit_reason
 
 
@@ -78,10 +80,14 @@ def default_run_dir(root: Path, run_id: str) -> Path:
 
 def settings(config: Optional[RunConfig], overrides: dict[str, Any]) -> RunConfig:
     base = config.model_dump() if config else {}
+    return validated({**base, **overrides}).with_environment()
+
+
+def prompts_of(cfg: RunConfig) -> PromptConfig:
     try:
-        return RunConfig.model_validate({**base, **overrides}).with_environment()
-    except ValueError as e:
-        raise ConfigError(str(e)) from e
+        return load_prompt_config(cfg.prompt_config)
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"--prompt-config: {e}") from None
 
 
 async def resolve_model(cfg: RunConfig) -> str:
@@ -108,7 +114,8 @@ async def resolve_model(cfg: RunConfig) -> str:
 
 def _client_kwargs(cfg: RunConfig) -> dict:
     return dict(temperature=cfg.temperature, max_tokens=cfg.max_tokens, extra_body=cfg.extra_body,
-                timeout=cfg.request_timeout, max_retries=cfg.max_retries, send_reasoning=cfg.send_reasoning)
+                timeout=cfg.request_timeout, max_retries=cfg.max_retries, send_reasoning=cfg.send_reasoning,
+                tool_choice=cfg.tool_choice)
 
 
 async def make_model_client(cfg: RunConfig) -> ModelClient:
@@ -131,32 +138,32 @@ async def make_model_client(cfg: RunConfig) -> ModelClient:
                             **_client_kwargs(cfg))
 
 
-async def ensure_image(cfg: RunConfig, observer: RunObserver) -> None:
-    """Build the sandbox image on first use (only images named insandbox:*)."""
-    from .sandbox import engine, image
-
-    if await engine.call(image.image_exists, cfg.image):
-        return
-    if not cfg.build_image or cfg.image.split(":")[0] != "insandbox":
-        raise SandboxError(f"image {cfg.image!r} not found (build it, or pull it into the engine)")
-    observer.on_status(f"image {cfg.image} not found: building it (once, a few minutes)")
-    info = await engine.call(image.build_image, cfg.image, progress=observer.on_progress)
-    observer.on_status(f"built {info.tag}: {info.size_bytes / 1e6:,.0f} MB")
+async def prepare_sandbox(cfg: RunConfig, observer: Optional[RunObserver] = None) -> None:
+    """Make sure sandboxes of these settings can start (image built on first use, network known)
+    before any run folder exists: a bad setting is a ConfigError, a dead engine a SandboxError."""
+    observer = observer or _Quiet()
+    spec = SandboxSpec(image=cfg.image, limits=SandboxLimits(cfg.memory, cfg.cpus, cfg.pids_limit, cfg.network),
+                       build_image=cfg.build_image)
+    try:
+        await backend_class(cfg.backend).prepare(spec, observer.on_status, observer.on_progress)
+    except SetupError as e:
+        raise ConfigError(str(e)) from None
 
 
 async def arun(query: str, config: Optional[RunConfig] = None, *, observer: Optional[RunObserver] = None,
                model_client: Optional[ModelClient] = None, task_id: str = "", input_files: Optional[dict] = None,
-               prompts: Optional[PromptConfig] = None, **overrides: Any) -> RunResult:
+               prompts: Optional[PromptConfig] = None, prepared: bool = False, **overrides: Any) -> RunResult:
     """Run one task. Keyword overrides are RunConfig fields (model=..., max_steps=...).
-    `model_client` (kept open) and `prompts` (instead of a prompt-config file) let a caller
-    such as the benchmark runner share one client and its own prompts across many runs."""
+    `model_client` (kept open), `prompts` (instead of a prompt-config file) and `prepared` (the
+    sandbox backend was already prepared) let a caller such as the benchmark runner share one
+    client and its own prompts across many runs."""
     cfg = settings(config, overrides)
     observer = observer or _Quiet()
     prompt_source = str(cfg.prompt_config or ("given by the caller" if prompts else "default"))
-    prompts = prompts or load_prompt_config(cfg.prompt_config)
+    prompts = prompts or prompts_of(cfg)
     task = Task(prompt=query, id=task_id, input_dir=cfg.input_dir, input_files=dict(input_files or {}))
-    if cfg.mode == "sandbox":
-        await ensure_image(cfg, observer)
+    if cfg.mode == "sandbox" and not prepared:
+        await prepare_sandbox(cfg, observer)
     client = model_client or await make_model_client(cfg)
     run_id = new_run_id()
     run_dir = Path(cfg.output_dir) if cfg.output_dir else default_run_dir(cfg.runs_root, run_id)
@@ -166,8 +173,7 @@ async def arun(query: str, config: Optional[RunConfig] = None, *, observer: Opti
         model_info.update(base_url="embedded", gguf=str(getattr(client.server, "gguf", "")))
     traj = Trajectory(run_id=run_id, mode=cfg.mode, config={**cfg.public(), **model_info},
                       task={"id": task_id, "prompt": query, "input_dir": str(cfg.input_dir) if cfg.input_dir else None,
-                            "input_files": sorted(task.input_files),
-                            "prompt_config": prompt_source})
+                            "input_files": sorted(task.input_files), "prompt_config": prompt_source})
     result = RunResult(run_dir, traj)
     save = lambda: traj.save(run_dir / "trajectory.json")  # noqa: E731
     observer.on_start(traj, run_dir)
@@ -175,39 +181,27 @@ async def arun(query: str, config: Optional[RunConfig] = None, *, observer: Opti
     t0 = asyncio.get_running_loop().time()
     try:
         if cfg.mode == "llm":
-            result.answer = await run_llm_once(client, task, prompts, traj, observer.on_step)
+            traj.answer = await run_llm_once(client, task, prompts, traj, observer.on_step)
         else:
-            env = SandboxEnv(EnvConfig(prompts=prompts, image=cfg.image, max_steps=cfg.max_steps,
-                                       limits=SandboxLimits(cfg.memory, cfg.cpus, cfg.pids_limit, cfg.network),
-                                       env_vars=cfg.env, command_timeout=cfg.timeout_per_command,
-                                       output_limit_chars=cfg.output_limit, run_id=run_id))
+            env = SandboxEnv(cfg.env_config(prompts, run_id))
             try:
-                loop = run_sandbox_loop(env, client, task, traj, Limits(token_budget=cfg.token_budget),
-                                        observer.on_step, save)
-                try:
-                    await asyncio.wait_for(loop, cfg.time_limit)
-                except asyncio.TimeoutError:
-                    traj.exit_reason, traj.exit_detail = T.TIME_LIMIT, f"time limit of {cfg.time_limit:g}s reached"
-                except asyncio.CancelledError:
-                    cancelled = True
-                    traj.exit_reason, traj.exit_detail = T.INTERRUPTED, "interrupted (Ctrl-C or SIGTERM)"
+                await run_episode(env, client, task, traj, observer.on_step, save)
             finally:
                 await _collect(env, traj, result, run_dir)
-    except asyncio.CancelledError:  # interrupted in plain mode or while collecting
+    except asyncio.CancelledError:  # Ctrl-C / SIGTERM: the record is kept, then the caller learns of it
         cancelled = True
-        traj.exit_reason, traj.exit_detail = T.INTERRUPTED, "interrupted (Ctrl-C or SIGTERM)"
+        if traj.exit_reason is None:
+            traj.end(ExitReason.INTERRUPTED, "interrupted (Ctrl-C or SIGTERM)")
     finally:
         if model_client is None:
             await client.close()
             if hasattr(client, "server"):
                 traj.config["embedded_server"] = client.server.info()
         traj.totals.wall_time_s = asyncio.get_running_loop().time() - t0
-        traj.finished_at = T.now_iso()
-        if result.answer is None:
-            result.answer = traj.answer
-        traj.answer = result.answer
-        if result.answer is not None:
-            (run_dir / "answer.txt").write_text(result.answer, encoding="utf-8")
+        traj.finished_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
+        result.answer = traj.answer
+        if traj.answer is not None:
+            (run_dir / "answer.txt").write_text(traj.answer, encoding="utf-8", errors="replace")
         save()
         observer.on_end(result)
     if cancelled:
@@ -216,31 +210,21 @@ async def arun(query: str, config: Optional[RunConfig] = None, *, observer: Opti
 
 
 async def _collect(env: SandboxEnv, traj: Trajectory, result: RunResult, run_dir: Path) -> None:
-    """Read the answer, copy the output folder back, remove the sandbox: also after failures."""
+    """The answer and the output files, then the sandbox removed: also after failures and Ctrl-C."""
     try:
-        if env.sandbox is not None and getattr(env.sandbox, "container_id", True):
-            traj.answer = await env.read_answer()
-            result.files = traj.output_files = await env.collect_outputs(run_dir / "files")
-            traj.sandbox.update(_sandbox_info(env))
-    except Exception as e:  # keep the run's record even if the container is gone
-        note = f"outputs not collected: {e}"
-        traj.exit_detail = f"{traj.exit_detail}; {note}" if traj.exit_detail else note
+        if env.sandbox is not None:
+            traj.sandbox.update(env.sandbox.info())
+            collected = await env.collect(run_dir / "files")
+            traj.answer, result.files = collected.answer, collected.files
+            traj.output_files = collected.files
+            traj.output_skipped = [SkippedOutput(path=s.path, reason=s.reason, size=s.size) for s in collected.skipped]
+    except (SandboxError, OperationError) as e:  # the container is gone: keep the run's record anyway
+        traj.note(f"outputs not collected: {e}")
     finally:
         try:
             await env.close()
         except Exception as e:
-            note = f"sandbox not removed: {e}"
-            traj.exit_detail = f"{traj.exit_detail}; {note}" if traj.exit_detail else note
-
-
-def _sandbox_info(env: SandboxEnv) -> dict:
-    sb = env.sandbox
-    info: dict[str, Any] = {"image": env.config.image, "backend": env.config.backend,
-                            "limits": vars(env.config.limits).copy()}
-    for attr in ("name", "container_id", "timings", "server_info"):
-        if hasattr(sb, attr):
-            info[attr] = getattr(sb, attr)
-    return info
+            traj.note(f"sandbox not removed: {e}")
 
 
 def run(query: str, config: Optional[RunConfig] = None, **kwargs: Any) -> RunResult:

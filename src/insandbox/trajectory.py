@@ -2,7 +2,14 @@
 
 `messages` is the conversation exactly as the model saw it. `steps` holds one record
 per model call with what the numbers are about: latency, tokens, every tool call with
-its observation, exit code and duration. Readers should check `schema_version`.
+its observation, exit code and duration. A model request that failed for good is in
+`failed_requests` (its time counts in the totals). Entries of the output folder that were
+not copied back are in `output_skipped`, with the reason. Readers should check
+`schema_version`.
+
+Schema versions: 1 first release; 2 adds failed_requests, output_skipped,
+steps[].nudge_reason, totals.failed_requests, and the exit reasons `stuck` and
+`internal_error`. Version 1 files load as they are.
 """
 from __future__ import annotations
 
@@ -13,19 +20,11 @@ from pathlib import Path
 from typing import Any, Optional
 
 from pydantic import BaseModel, Field
+from pydantic_core import PydanticSerializationError
 
-SCHEMA_VERSION = 1
+from .episode import ExitReason
 
-# Why a run ended.
-SUBMITTED = "submitted"  # the model called submit
-MAX_STEPS = "max_steps"
-TOKEN_BUDGET = "token_budget"
-TIME_LIMIT = "time_limit"
-CONTEXT_LENGTH = "context_length"  # the conversation no longer fits the model's context
-MODEL_ERROR = "model_error"  # the model server failed after retries
-SANDBOX_ERROR = "sandbox_error"  # the container or engine failed
-INTERRUPTED = "interrupted"  # Ctrl-C or SIGTERM
-COMPLETED = "completed"  # --mode llm: the single completion came back
+SCHEMA_VERSION = 2
 
 
 def now_iso() -> str:
@@ -58,19 +57,38 @@ class StepRecord(BaseModel):
     content: Optional[str] = None
     reasoning: Optional[str] = None
     tool_calls: list[ToolCallRecord] = Field(default_factory=list)
-    tool_calls_from_text: bool = False
-    nudged: bool = False  # no tool call: the model got a reminder instead
+    tool_calls_from_text: bool = False  # written as <tool_call> text; sent back as written
+    nudged: bool = False  # no tool call could be run: the model got a reminder instead
+    nudge_reason: Optional[str] = None  # why: no call in the reply, or why its call could not be read
     observation_chars: int = 0  # characters sent back to the model after this step
     notes: list[str] = Field(default_factory=list)
 
 
+class FailedRequest(BaseModel):
+    """A model request that failed for good (after the client's retries): it is in no step."""
+
+    started_at: float  # unix time the request was sent
+    latency_s: float  # until it was given up, retries included
+    error: str
+    exit_reason: Optional[ExitReason] = None  # what it ended the episode as
+
+
+class SkippedOutput(BaseModel):
+    """An entry of the output folder (or the answer file) that was not copied back."""
+
+    path: str
+    reason: str
+    size: Optional[int] = None
+
+
 class Totals(BaseModel):
     steps: int = 0
+    failed_requests: int = 0
     tool_calls: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
     total_tokens: int = 0
-    model_time_s: float = 0.0
+    model_time_s: float = 0.0  # failed requests included
     tool_time_s: float = 0.0
     wall_time_s: float = 0.0
     observation_chars: int = 0
@@ -88,11 +106,13 @@ class Trajectory(BaseModel):
     tools: list[dict] = Field(default_factory=list)  # the schemas offered to the model
     messages: list[dict] = Field(default_factory=list)
     steps: list[StepRecord] = Field(default_factory=list)
-    exit_reason: Optional[str] = None
+    failed_requests: list[FailedRequest] = Field(default_factory=list)
+    exit_reason: Optional[ExitReason] = None
     exit_detail: Optional[str] = None
     submitted: bool = False
     answer: Optional[str] = None
     output_files: list[str] = Field(default_factory=list)
+    output_skipped: list[SkippedOutput] = Field(default_factory=list)
     totals: Totals = Field(default_factory=Totals)
 
     def add_step(self, step: StepRecord) -> None:
@@ -107,11 +127,32 @@ class Trajectory(BaseModel):
         t.tool_time_s += step.tool_time_s
         t.observation_chars += step.observation_chars
 
+    def add_failed_request(self, failed: FailedRequest) -> None:
+        self.failed_requests.append(failed)
+        self.totals.failed_requests += 1
+        self.totals.model_time_s += failed.latency_s
+
+    def end(self, reason: Optional[ExitReason], detail: Optional[str] = None) -> None:
+        self.exit_reason, self.exit_detail = reason, detail
+        self.submitted = reason is ExitReason.SUBMITTED
+
+    def note(self, text: str) -> None:
+        """Add to exit_detail (something that went wrong after the episode ended, e.g. in clean-up)."""
+        self.exit_detail = f"{self.exit_detail}; {text}" if self.exit_detail else text
+
+    def to_json(self) -> str:
+        try:
+            return self.model_dump_json(indent=1)
+        except PydanticSerializationError:
+            # text that is not valid Unicode (a lone surrogate from a server, a file name with
+            # undecodable bytes): \u escapes keep it exactly, and the file is still valid JSON
+            return json.dumps(self.model_dump(mode="json"), indent=1, ensure_ascii=True)
+
     def save(self, path: Path) -> None:
         """Write atomically, so a reader (or a killed run) never sees half a file."""
         path = Path(path)
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(self.model_dump_json(indent=1), encoding="utf-8")
+        tmp.write_text(self.to_json(), encoding="utf-8")
         os.replace(tmp, path)
 
     @classmethod

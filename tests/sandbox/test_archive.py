@@ -1,24 +1,49 @@
-"""Pure functions: schemas, argument parsing, text tool calls, output clipping, prompts, archives."""
+"""Copy-back from a streamed tar (the path taken when the sandbox's server is gone): the same
+rules as the normal path, member by member, and nothing lands outside the destination."""
 from __future__ import annotations
 
 import io
 import tarfile
 
-from insandbox.sandbox.archive import extract_safely
+from insandbox.sandbox.archive import extract_streamed
+from insandbox.sandbox.base import CopyLimits
+from insandbox.sandbox.copyback import CopyBudget
 
 
-def test_extract_safely_refuses_escapes(tmp_path):
+def _tar(members: list[tuple[tarfile.TarInfo, bytes]]) -> list[bytes]:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
-        for name, data in (("output/ok/a.txt", b"fine"), ("output/../../evil.txt", b"bad")):
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-        link = tarfile.TarInfo("output/link")
-        link.type, link.linkname = tarfile.SYMTYPE, "/etc/passwd"
-        tar.addfile(link)
-    buf.seek(0)
-    written, skipped = extract_safely(buf, tmp_path / "dest")
-    assert written == ["ok/a.txt"] and sorted(skipped) == ["../../evil.txt", "link"]
-    assert not (tmp_path / "evil.txt").exists() and not (tmp_path.parent / "evil.txt").exists()
+        for info, data in members:
+            info.size = len(data) if info.isreg() else 0
+            tar.addfile(info, io.BytesIO(data) if info.isreg() else None)
+    raw = buf.getvalue()
+    return [raw[i:i + 1000] for i in range(0, len(raw), 1000)]  # as the engine streams it, in chunks
 
+
+def _member(name: str, kind: bytes = tarfile.REGTYPE, link: str = "") -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname, info.mode = kind, link, 0o755 if name.endswith(".sh") else 0o644
+    return info
+
+
+def test_streamed_copy_back_keeps_what_fits_and_lists_the_rest(tmp_path):
+    chunks = _tar([
+        (_member("output/ok/a.txt"), b"fine"),
+        (_member("output/run.sh"), b"#!/bin/sh\n"),
+        (_member("output/../../evil.txt"), b"bad"),
+        (_member("output/link", tarfile.SYMTYPE, "/etc/passwd"), b""),
+        (_member("output/pipe", tarfile.FIFOTYPE), b""),
+        (_member("output/big.bin"), b"x" * 5000),
+        (_member("output/second-name.txt", tarfile.LNKTYPE, "output/ok/a.txt"), b""),
+    ])
+    budget = CopyBudget(CopyLimits(max_file_bytes=4096))
+    dest = tmp_path / "dest"
+    written = extract_streamed(chunks, dest, budget)
+    assert written == ["ok/a.txt", "run.sh", "second-name.txt"]
+    assert (dest / "ok/a.txt").read_bytes() == b"fine" and (dest / "second-name.txt").read_bytes() == b"fine"
+    assert (dest / "run.sh").stat().st_mode & 0o100  # executable stays executable
+    reasons = {s.path: s.reason for s in budget.skipped}
+    assert set(reasons) == {"../../evil.txt", "link", "pipe", "big.bin"}
+    assert "outside" in reasons["../../evil.txt"] and "symbolic link to '/etc/passwd'" in reasons["link"]
+    assert "FIFO" in reasons["pipe"] and "per-file limit" in reasons["big.bin"]
+    assert not (tmp_path / "evil.txt").exists() and not (dest / "link").exists() and not (dest / "pipe").exists()

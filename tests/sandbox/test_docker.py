@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import subprocess
 
 import pytest
 
-from insandbox.sandbox import SandboxError, SandboxLimits, engine
-from insandbox.sandbox.docker import LABEL, LABEL_OWNER, LABEL_RUN
+from insandbox.sandbox import CopyLimits, SandboxError, SandboxLimits, engine
+from insandbox.sandbox.docker import LABEL, LABEL_OWNER, LABEL_RUN, owner_label
 
 # ps without procps: count processes whose command line starts with `sleep`
 COUNT_SLEEPS = ("n=0; for p in /proc/[0-9]*; do c=$(tr '\\0' ' ' < $p/cmdline 2>/dev/null); "
@@ -157,11 +158,58 @@ def test_copy_in_and_out(sandbox_factory, run_async, tmp_path):
         await sb.run("mkdir -p /testbed/output/x/y && printf 'deep' > /testbed/output/x/y/z.txt && "
                      "ln -s /etc/passwd /testbed/output/link && printf top > /testbed/output/top.txt")
         dest = tmp_path / "out"
-        files = await sb.copy_out("/testbed/output", dest)
-        assert sorted(files) == ["top.txt", "x/y/z.txt"]  # the symlink is not followed or copied
+        copied = await sb.copy_out("/testbed/output", dest)
+        assert sorted(copied.files) == ["top.txt", "x/y/z.txt"]  # the symlink is not followed or copied
         assert (dest / "x/y/z.txt").read_bytes() == b"deep"
-        assert not (dest / "link").exists()
-        assert await sb.copy_out("/testbed/nothing-here", tmp_path / "none") == []
+        assert not (dest / "link").exists() and [s.path for s in copied.skipped] == ["link"]
+        empty = await sb.copy_out("/testbed/nothing-here", tmp_path / "none")
+        assert empty.files == [] and empty.skipped == []
+        await sb.close()
+    run_async(body())
+
+
+@pytest.mark.parametrize("server_alive,sparse", [(True, "2G"), (False, "200M")],
+                         ids=["through-server", "archive-stream"])
+def test_copy_back_is_file_by_file_within_limits(sandbox_factory, run_async, tmp_path, server_alive, sparse):
+    """Regression: a 2 GB sparse file beside normal.txt meant nothing came back (and rc 0); a hard
+    link's second name was dropped. Now every file that fits comes back, each entry left behind
+    is listed with its reason, and the same holds when the container has stopped (its server
+    gone, the engine's archive stream is the only way)."""
+    async def body():
+        sb = await sandbox_factory()
+        r = await sb.run(
+            f"cd /testbed/output && printf 'normal\\n' > normal.txt && truncate -s {sparse} sparse.bin && "
+            "mkdir -p d/e && head -c 3000000 /dev/urandom > d/e/big-but-fine.bin && "
+            "ln d/e/big-but-fine.bin twin.bin && "
+            "ln -s /etc/shadow shadow-link && ln -s missing dangling && mkfifo pipe && mknod null-dev c 1 3 && "
+            "printf 'x' > $'odd\\xffname.txt' && printf 's' > small.txt && sha256sum d/e/big-but-fine.bin")
+        assert r.exit_code == 0, r.output
+        want_big = r.output.split()[0]
+        if not server_alive:
+            await sb.channel.close()  # as if the container's server had died
+        dest = tmp_path / "out"
+        limits = CopyLimits(max_file_bytes=64 * 1024 ** 2, max_total_bytes=None, max_files=None)
+        copied = await sb.copy_out("/testbed/output", dest, limits)
+        assert sorted(copied.files) == sorted(["normal.txt", "d/e/big-but-fine.bin", "twin.bin", "odd\udcffname.txt",
+                                               "small.txt"])
+        assert (dest / "normal.txt").read_bytes() == b"normal\n"
+        assert hashlib.sha256((dest / "twin.bin").read_bytes()).hexdigest() == want_big
+        assert hashlib.sha256((dest / "d/e/big-but-fine.bin").read_bytes()).hexdigest() == want_big
+        assert (dest / os.fsdecode(b"odd\xffname.txt")).read_bytes() == b"x"  # the name's bytes kept
+        why = {s.path: s.reason for s in copied.skipped}
+        assert set(why) == {"sparse.bin", "shadow-link", "dangling", "pipe", "null-dev"}
+        size = "2.0 GiB" if sparse == "2G" else "200.0 MiB"
+        assert "per-file limit" in why["sparse.bin"] and size in why["sparse.bin"]
+        assert "symbolic link to '/etc/shadow'" in why["shadow-link"] and "FIFO" in why["pipe"]
+        assert "character device" in why["null-dev"]
+        for name in ("sparse.bin", "shadow-link", "dangling", "pipe", "null-dev"):
+            assert not os.path.lexists(dest / name)
+
+        # the total and the count limits: files that would pass them are listed, not copied
+        few = await sb.copy_out("/testbed/output", tmp_path / "few", CopyLimits(max_file_bytes=None,
+                                                                                max_total_bytes=10, max_files=2))
+        assert len(few.files) == 2 and sum((tmp_path / "few" / f).stat().st_size for f in few.files) <= 10
+        assert any("total limit" in s.reason or "limit of 2 files" in s.reason for s in few.skipped)
         await sb.close()
     run_async(body())
 
@@ -171,7 +219,7 @@ def test_labels_limits_and_cleanup(sandbox_factory, run_async):
         sb = await sandbox_factory(limits=SandboxLimits(memory="256m", cpus=0.5, pids=64, network="none"))
         info = engine.api().inspect_container(sb.container_id)
         labels = info["Config"]["Labels"]
-        assert labels[LABEL] == "1" and labels[LABEL_RUN] == "test" and labels[LABEL_OWNER].endswith(f":{os.getpid()}")
+        assert labels[LABEL] == "1" and labels[LABEL_RUN] == "test" and labels[LABEL_OWNER] == owner_label()
         hc = info["HostConfig"]
         assert hc["Memory"] == 256 * 1024 ** 2 and hc["NanoCpus"] == 5 * 10 ** 8 and hc["PidsLimit"] == 64
         r = await sb.run("python3 -c \"import socket; socket.create_connection(('1.1.1.1', 80), timeout=3)\"")
@@ -245,7 +293,7 @@ def test_files_stay_reachable_while_a_command_still_runs(sandbox_factory, run_as
         task.cancel()
         t0 = asyncio.get_running_loop().time()
         assert await sb.read_file("/testbed/answer.txt") == b"42\n"
-        assert await sb.copy_out("/testbed/output", tmp_path / "out") == ["r.txt"]
+        assert (await sb.copy_out("/testbed/output", tmp_path / "out")).files == ["r.txt"]
         assert asyncio.get_running_loop().time() - t0 < 5
         await sb.close()
     run_async(body())

@@ -22,19 +22,20 @@ from typing import Literal, Optional, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .. import trajectory as T
 from ..analysis.accounting import token_breakdown
 from ..config import ConfigError, RunConfig
+from ..episode import ExitReason
 from ..models.base import ModelClient
 from ..models.openai_compat import OpenAIChatClient
-from ..runner import arun, ensure_image, make_model_client
+from ..prompts import PromptConfig, load_prompt_overrides
+from ..runner import arun, make_model_client, prepare_sandbox
+from ..trajectory import now_iso
 from . import stats
 from .data import Row, load_rows
 from .scorers import JudgeSettings, Scorer, make_scorer
 from .store import ResultStore, latest
 from .tasks import TaskSpec, load_task
 
-INFRA = (T.MODEL_ERROR, T.SANDBOX_ERROR)
 MAX_CONSECUTIVE_INFRA = 10
 BENCH_FILE = "bench.json"
 SUMMARY_FILE = "summary.json"
@@ -125,6 +126,9 @@ class BenchRun:
         self.cfg = cfg
         self.progress = progress or _Quiet()
         self.task: TaskSpec = load_task(cfg.task)
+        self.prompts: PromptConfig = self.task.prompts()
+        if cfg.run.prompt_config:  # the user's file replaces the keys it sets, the task keeps the rest
+            self.prompts = self.prompts.model_copy(update=load_prompt_overrides(cfg.run.prompt_config))
         self.run_dir = Path(run_dir or cfg.output_dir or default_run_dir(cfg.runs_root, cfg.task))
         self.store = ResultStore(self.run_dir)
         self.modes = ["sandbox", "llm"] if cfg.mode == "both" else [cfg.mode]
@@ -144,7 +148,7 @@ class BenchRun:
             return
         path.write_text(json.dumps({"config": self.cfg.public(), "task": self.task.model_dump(),
                                     "row_ids": [r.id for r in rows], "modes": self.modes, "repeats": self.repeats,
-                                    "created_at": T.now_iso()}, indent=1, ensure_ascii=False), encoding="utf-8")
+                                    "created_at": now_iso()}, indent=1, ensure_ascii=False), encoding="utf-8")
 
     async def _open_clients(self) -> None:
         run = self.cfg.run.with_environment()
@@ -170,29 +174,29 @@ class BenchRun:
     async def _run_sample(self, row: Row, repeat: int, mode: str) -> dict:
         rel = Path("samples") / mode / safe_name(row.id) / f"r{repeat}"
         run = self.cfg.run
-        overrides = {"mode": mode, "output_dir": self.run_dir / rel, "build_image": False}
+        overrides = {"mode": mode, "output_dir": self.run_dir / rel}
         if self.task.max_steps and "max_steps" not in run.model_fields_set:
             overrides["max_steps"] = self.task.max_steps
         started, attempts, result, crash = time.time(), 0, None, None
         while True:
             attempts += 1
             try:
-                result = await arun(row.problem_statement, run, model_client=self.client, prompts=self.task.prompts(),
-                                    input_files=row.input_files, task_id=row.id, **overrides)
+                result = await arun(row.problem_statement, run, model_client=self.client, prompts=self.prompts,
+                                    input_files=row.input_files, task_id=row.id, prepared=True, **overrides)
                 crash = None
             except (ConfigError, FileNotFoundError):
                 raise
             except Exception as e:  # the sandbox could not even start, the engine went away, ...
                 result, crash = None, f"{type(e).__name__}: {e}"
-            failed = crash is not None or result.exit_reason in INFRA
+            failed = crash is not None or result.exit_reason is None or result.exit_reason.is_failure
             if not failed or attempts > self.cfg.retries:
                 break
             await asyncio.sleep(min(self.cfg.retry_backoff_s * 2 ** (attempts - 1), 30))
         record = {"id": row.id, "task": self.task.name, "mode": mode, "repeat": repeat, "attempts": attempts,
                   "started_at": started, "finished_at": None, "trajectory": str(rel / "trajectory.json")}
-        if crash is not None or result.exit_reason in INFRA:
+        if failed:
             record.update(score=None, error=crash or f"{result.exit_reason}: {result.trajectory.exit_detail}",
-                          exit_reason=result.exit_reason if result else T.SANDBOX_ERROR)
+                          exit_reason=result.exit_reason if result else ExitReason.SANDBOX_ERROR)
         else:
             answer = result.answer or ""
             scored = await self.scorer.score(answer, row)
@@ -223,7 +227,7 @@ class BenchRun:
                 if (row.id, mode, k) not in done]
         total = len(rows) * self.repeats * len(self.modes)
         if "sandbox" in self.modes and todo:
-            await ensure_image(self.cfg.run, self.progress)
+            await prepare_sandbox(self.cfg.run, self.progress)
         await self._open_clients()
         self.progress.on_start(total, total - len(todo), self.run_dir)
         gate = asyncio.Semaphore(self.cfg.concurrency)
@@ -261,7 +265,7 @@ class BenchRun:
         summary = stats.summarize(records)
         summary.update(task=self.task.name, model=getattr(self.client, "name", None) or self.cfg.run.model,
                        modes=self.modes, repeats=self.repeats, samples=len(records),
-                       errors=sum(1 for r in records if r.get("error")), updated_at=T.now_iso(),
+                       errors=sum(1 for r in records if r.get("error")), updated_at=now_iso(),
                        session={"samples": session_samples, "wall_s": round(session_wall_s, 2),
                                 "samples_per_min": round(session_samples / session_wall_s * 60, 2)
                                 if session_wall_s > 0 else None})

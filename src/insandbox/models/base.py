@@ -12,7 +12,10 @@ from ..tools.base import ToolCall
 
 
 class ModelError(RuntimeError):
-    """The model server could not give an answer (after retries): ends the run."""
+    """The model server could not give an answer (after retries): ends the run.
+    `latency_s` is how long the request was tried, so the time is never lost."""
+
+    latency_s: float = 0.0
 
 
 class ContextLengthError(ModelError):
@@ -41,7 +44,8 @@ class ModelReply:
     reasoning: Optional[str] = None  # reasoning_content / thinking, when the server returns it
     finish_reason: Optional[str] = None
     latency_s: float = 0.0
-    tool_calls_from_text: bool = False  # parsed from <tool_call> text, not the server's tool_calls
+    started_at: float = 0.0  # unix time the request was sent (set by the loop)
+    tool_calls_from_text: bool = False  # parsed from <tool_call> text: `message` keeps the text as written
     tool_call_errors: list[str] = field(default_factory=list)  # <tool_call> blocks that did not parse
     notes: list[str] = field(default_factory=list)  # what the client had to do (retries, shrinking)
 

@@ -2,9 +2,13 @@
 Ollama, OpenAI), through the official `openai` SDK.
 
 The SDK retries 429, 5xx, timeouts and dropped connections with exponential backoff
-(and honours Retry-After); we add what it does not do: shrinking max_tokens when the
+(and honours Retry-After); we add what it does not do: retrying a 200 whose body is not
+a chat completion (a proxy's HTML page, a truncated body), shrinking max_tokens when the
 context overflows, switching to max_completion_tokens or dropping temperature for
 models that refuse them, and reading tool calls written as text.
+
+Tools always travel with `tool_choice` ("auto" unless configured): some servers
+(llama-cpp-python's) read a request with tools but no tool_choice as "no tools".
 """
 from __future__ import annotations
 
@@ -26,6 +30,11 @@ CONTEXT_ERROR = re.compile(
     r"tokens exceed|exceed_context_size", re.I)
 MIN_MAX_TOKENS = 16
 MAX_SHRINKS = 4
+MALFORMED_BACKOFF_S = (0.5, 8.0)  # first wait, longest wait
+
+
+class MalformedResponse(Exception):
+    """HTTP 200 with a body that is not a chat completion."""
 
 
 def is_loopback(url: Optional[str]) -> bool:
@@ -58,7 +67,8 @@ class OpenAIChatClient:
     def __init__(self, model: str, base_url: Optional[str] = None, api_key: Optional[str] = None,
                  temperature: Optional[float] = None, max_tokens: Optional[int] = None,
                  extra_body: Optional[dict] = None, timeout: float = 600.0, max_retries: int = 5,
-                 send_reasoning: bool = False, extra_params: Optional[dict] = None):
+                 send_reasoning: bool = False, extra_params: Optional[dict] = None,
+                 tool_choice: Optional[str] = "auto"):
         self.name = model
         self.base_url = base_url
         self.api_key = api_key
@@ -72,6 +82,7 @@ class OpenAIChatClient:
         self.params.update(extra_params or {})
         self.timeout, self.max_retries = timeout, max_retries
         self.send_reasoning = send_reasoning
+        self.tool_choice = tool_choice  # None: never send one
         self._client = None
 
     def _sdk(self):
@@ -102,12 +113,19 @@ class OpenAIChatClient:
             self._client = None
 
     async def complete(self, messages: list[dict], tools: Optional[list[dict]] = None) -> ModelReply:
+        t0 = time.perf_counter()
+        try:
+            return await self._complete(messages, tools, t0)
+        except ModelError as e:
+            e.latency_s = time.perf_counter() - t0
+            raise
+
+    async def _complete(self, messages: list[dict], tools: Optional[list[dict]], t0: float) -> ModelReply:
         client = await self._ready_sdk()
         import openai
 
         notes: list[str] = []
-        t0 = time.perf_counter()
-        shrinks = 0
+        shrinks = malformed = 0
         call_params: dict[str, Any] = {}  # this call's own max_tokens after a context overflow
         while True:
             # The conversation and tool schemas travel in `extra_body`, which the SDK merges
@@ -117,9 +135,22 @@ class OpenAIChatClient:
             body = dict(kwargs.pop("extra_body", None) or {}, messages=messages)
             if tools:
                 body["tools"] = tools
+                if self.tool_choice is not None:
+                    body.setdefault("tool_choice", self.tool_choice)
             try:
-                response = await client.chat.completions.create(**kwargs, messages=[], extra_body=body)
+                try:
+                    response = await client.chat.completions.create(**kwargs, messages=[], extra_body=body)
+                except json.JSONDecodeError as e:  # declared JSON, but is not
+                    raise MalformedResponse(f"a body that is not valid JSON ({e})") from None
+                reply = self._reply(response, messages)
                 break
+            except MalformedResponse as e:
+                malformed += 1
+                if malformed > self.max_retries:
+                    raise ModelError(f"the model server answered 200 with something that is not a chat completion, "
+                                     f"{malformed} times in a row: {e}") from None
+                notes.append(f"not a chat completion ({e}); retried")
+                await asyncio.sleep(min(MALFORMED_BACKOFF_S[0] * 2 ** (malformed - 1), MALFORMED_BACKOFF_S[1]))
             except openai.BadRequestError as e:
                 text = _error_text(e)
                 if self._adapt(text, notes):
@@ -151,9 +182,8 @@ class OpenAIChatClient:
             except openai.APIConnectionError as e:
                 raise ModelError(f"cannot reach the model server at {self.base_url} after {self.max_retries} "
                                  f"retries: {e.__cause__ or e}") from e
-            except openai.APIError as e:  # malformed responses and the like
+            except openai.APIError as e:  # other malformed responses and the like
                 raise ModelError(f"bad answer from the model server: {e}") from e
-        reply = self._reply(response, messages)
         reply.latency_s = time.perf_counter() - t0
         reply.notes = notes
         return reply
@@ -172,9 +202,7 @@ class OpenAIChatClient:
         return False
 
     def _reply(self, response: Any, messages: list[dict]) -> ModelReply:
-        if not getattr(response, "choices", None):
-            raise ModelError(f"the model server returned no choices: {str(response)[:300]}")
-        choice = response.choices[0]
+        choice = _first_choice(response)
         msg = choice.message
         extra = getattr(msg, "model_extra", None) or {}
         reasoning = (getattr(msg, "reasoning_content", None) or extra.get("reasoning_content")
@@ -191,21 +219,34 @@ class OpenAIChatClient:
             seen.add(call_id)
             args = fn.arguments if isinstance(fn.arguments, str) else json.dumps(fn.arguments)
             calls.append(ToolCall(id=call_id, name=fn.name or "", arguments=args or ""))
+        message: dict[str, Any] = {"role": "assistant", "content": content or ""}
         from_text, errors = False, []
         if not calls:
+            # The server did not parse tool calls (no tool parser, or a template without tools):
+            # read them from the text, but send the turn back exactly as the model wrote it, so
+            # the model sees its own calls whatever the chat template does with `tool_calls`.
             parsed, rest, errors = parse_text_tool_calls(content)
             if parsed:
                 calls, content, from_text = parsed, rest, True
-        message: dict[str, Any] = {"role": "assistant", "content": content or ""}
-        if calls:
+        if calls and not from_text:
             message["tool_calls"] = [{"id": c.id, "type": "function",
                                       "function": {"name": c.name, "arguments": c.arguments}} for c in calls]
         if self.send_reasoning and reasoning:
             message["reasoning_content"] = reasoning
-        reply = ModelReply(content=content, tool_calls=calls, message=message, reasoning=reasoning,
-                           finish_reason=choice.finish_reason, usage=_usage(response, messages, message),
-                           tool_calls_from_text=from_text, tool_call_errors=errors)
-        return reply
+        return ModelReply(content=content, tool_calls=calls, message=message, reasoning=reasoning,
+                          finish_reason=choice.finish_reason, usage=_usage(response, messages, message),
+                          tool_calls_from_text=from_text, tool_call_errors=errors)
+
+
+def _first_choice(response: Any) -> Any:
+    """The first choice of a chat completion, or MalformedResponse when it is not one."""
+    if isinstance(response, (str, bytes)):
+        text = response if isinstance(response, str) else response.decode("utf-8", "replace")
+        raise MalformedResponse(f"a body that is not JSON: {text[:200]!r}")
+    choices = getattr(response, "choices", None)
+    if not choices or getattr(choices[0], "message", None) is None:
+        raise MalformedResponse(f"no choices: {str(response)[:200]}")
+    return choices[0]
 
 
 def _usage(response: Any, messages: list[dict], message: dict) -> Usage:

@@ -2,8 +2,10 @@
 
 Hermes-style models (Qwen, many fine-tunes) write
     <tool_call>{"name": "execute_bash", "arguments": {"command": "ls"}}</tool_call>
-in their content. We lift those blocks into structured calls and take them out of the
-content, so the conversation we send back has one canonical form.
+in their content. We read those blocks as calls to run. The turn itself goes back to the
+server exactly as written and the results as a user message of <tool_response> blocks
+(`tool_response_message`): a server without a tool parser often has a chat template that
+ignores structured `tool_calls` and `tool` messages, and the model must see its own calls.
 """
 from __future__ import annotations
 
@@ -41,3 +43,9 @@ def parse_text_tool_calls(content: Optional[str]) -> tuple[list[ToolCall], str, 
         calls.append(ToolCall(id=new_call_id(), name=obj["name"], arguments=arguments))
     rest = BLOCK.sub("", content).strip()
     return calls, rest, errors
+
+
+def tool_response_message(outputs: list[str], extra: str = "") -> dict:
+    """The results of calls written as text, in the form Hermes-style templates use for them."""
+    blocks = "\n".join(f"<tool_response>\n{out}\n</tool_response>" for out in outputs)
+    return {"role": "user", "content": blocks + (f"\n{extra}" if extra else "")}

@@ -57,15 +57,32 @@ def _default_config() -> PromptConfig:
     return load_prompt_config()
 
 
-def load_prompt_config(path: Union[str, Path, None] = None, overrides: Optional[dict] = None) -> PromptConfig:
+def _read(p: Path) -> dict:
     import yaml
 
-    p = Path(path) if path else DEFAULT_PATH
     if not p.is_file():
         raise FileNotFoundError(f"prompt config not found: {p}")
-    data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as e:
+        raise ValueError(f"{p}: not valid YAML ({str(e).splitlines()[0]})") from None
     if not isinstance(data, dict):
         raise ValueError(f"{p}: a prompt config is a YAML mapping")
+    return data
+
+
+def load_prompt_overrides(path: Union[str, Path]) -> dict:
+    """The prompt keys a file sets (any subset), to lay over another config, e.g. a benchmark task's."""
+    data = _read(Path(path))
+    known = {k: v for k, v in data.items() if k in PromptConfig.model_fields}
+    if not known:
+        raise ValueError(f"{path}: sets none of {', '.join(PromptConfig.model_fields)}")
+    return known
+
+
+def load_prompt_config(path: Union[str, Path, None] = None, overrides: Optional[dict] = None) -> PromptConfig:
+    p = Path(path) if path else DEFAULT_PATH
+    data = _read(p)
     missing = [k for k in ("system_prompt", "instance_prompt") if not data.get(k)]
     if missing:
         raise ValueError(f"{p}: missing {', '.join(missing)}")

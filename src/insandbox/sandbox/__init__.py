@@ -1,28 +1,51 @@
-"""Where commands run. `Sandbox` is the protocol; `DockerSandbox` the backend."""
+"""Where commands run. `Sandbox` is the protocol (base.py); each backend is one class in its
+own file, registered here by name and imported only when used."""
+from __future__ import annotations
+
+import importlib
+import sys
+
 from .base import (
     CommandResult,
+    CopyLimits,
+    CopyResult,
     ExecResult,
     FileStat,
+    OperationError,
     Sandbox,
     SandboxError,
     SandboxFileError,
     SandboxLimits,
     SandboxSpec,
+    ServerError,
+    SetupError,
+    Skipped,
 )
 
 BACKENDS = {"docker": "insandbox.sandbox.docker:DockerSandbox"}
 
 
-def create_sandbox(spec: SandboxSpec, backend: str = "docker") -> Sandbox:
-    """Instantiate a backend by name (imported lazily: the Docker SDK is only loaded when used)."""
-    import importlib
-
+def backend_class(name: str = "docker") -> type[Sandbox]:
+    """The backend class registered under `name` (its module is imported on first use)."""
     try:
-        module, cls = BACKENDS[backend].split(":")
+        module, cls = BACKENDS[name].split(":")
     except KeyError:
-        raise ValueError(f"unknown sandbox backend {backend!r}; known: {', '.join(BACKENDS)}") from None
-    return getattr(importlib.import_module(module), cls)(spec)
+        raise SetupError(f"unknown sandbox backend {name!r}; known: {', '.join(BACKENDS)}") from None
+    return getattr(importlib.import_module(module), cls)
 
 
-__all__ = ["CommandResult", "ExecResult", "FileStat", "Sandbox", "SandboxError", "SandboxFileError",
-           "SandboxLimits", "SandboxSpec", "create_sandbox", "BACKENDS"]
+def create_sandbox(spec: SandboxSpec, backend: str = "docker") -> Sandbox:
+    return backend_class(backend)(spec)
+
+
+def kill_all_now() -> None:
+    """At a forced exit: every loaded backend removes this process's sandboxes at once."""
+    for path in BACKENDS.values():
+        module, cls = path.split(":")
+        if module in sys.modules:
+            getattr(sys.modules[module], cls).kill_all_now()
+
+
+__all__ = ["BACKENDS", "CommandResult", "CopyLimits", "CopyResult", "ExecResult", "FileStat", "OperationError",
+           "Sandbox", "SandboxError", "SandboxFileError", "SandboxLimits", "SandboxSpec", "ServerError", "SetupError",
+           "Skipped", "backend_class", "create_sandbox", "kill_all_now"]

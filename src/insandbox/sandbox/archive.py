@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 import tarfile
 import tempfile
 import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, Optional
+
+from .base import BLOCK_DEVICE, CHAR_DEVICE, DIRECTORY, FIFO, FILE, SYMLINK
+from .copyback import CopyBudget, Entry, host_path, link_or_copy
 
 SPOOL_BYTES = 8 * 1024 * 1024  # tars up to this size stay in memory
 
@@ -73,15 +77,63 @@ def first_file(fileobj: IO[bytes]) -> tuple[tarfile.TarInfo, bytes]:
     raise ValueError("empty archive")
 
 
-def extract_safely(fileobj: IO[bytes], dest: Path, strip_first: bool = True) -> tuple[list[str], list[str]]:
-    """Extract regular files and directories below `dest` only.
+class IterReader(io.RawIOBase):
+    """A read-only file over an iterator of byte chunks, so a tar streamed by the engine is
+    read as it arrives (never held in memory or on disk as a whole)."""
 
-    Returns (files written, entries skipped). Links, devices and any path that would
-    land outside `dest` are skipped: the archive comes from a sandbox we do not trust.
-    """
-    dest = dest.resolve()
-    written, skipped = [], []
-    with tarfile.open(fileobj=fileobj, mode="r|") as tar:
+    def __init__(self, chunks: Iterable[bytes]):
+        self.chunks = iter(chunks)
+        self.pending = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf) -> int:
+        while not self.pending:
+            try:
+                self.pending = next(self.chunks)
+            except StopIteration:
+                return 0
+        n = min(len(buf), len(self.pending))
+        buf[:n] = self.pending[:n]
+        self.pending = self.pending[n:]
+        return n
+
+
+def _write_member(tar: tarfile.TarFile, member: tarfile.TarInfo, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    src = tar.extractfile(member)
+    with open(target, "wb") as f:
+        if src is not None:
+            shutil.copyfileobj(src, f, 1 << 20)
+    os.chmod(target, (member.mode & 0o777) | 0o600)
+
+
+def member_kind(member: tarfile.TarInfo) -> str:
+    if member.isdir():
+        return DIRECTORY
+    if member.isreg():
+        return FILE
+    if member.issym():
+        return SYMLINK
+    if member.isfifo():
+        return FIFO
+    if member.ischr():
+        return CHAR_DEVICE
+    if member.isblk():
+        return BLOCK_DEVICE
+    return "special file"
+
+
+def extract_streamed(chunks: Iterable[bytes], dest: Path, budget: CopyBudget, strip_first: bool = True) -> list[str]:
+    """Extract a streamed tar below `dest`, member by member, as `budget` decides.
+
+    Returns the files written (relative paths); what was left out is in budget.skipped. The
+    archive comes from a sandbox we do not trust: links are never created from it (a second
+    name of a hard-linked file becomes a link made here, to the file we wrote), and any path
+    that would land outside `dest` is skipped."""
+    written: list[str] = []
+    with tarfile.open(fileobj=io.BufferedReader(IterReader(chunks), 1 << 20), mode="r|") as tar:
         for member in tar:
             parts = [p for p in member.name.split("/") if p not in ("", ".")]
             if strip_first:
@@ -89,23 +141,37 @@ def extract_safely(fileobj: IO[bytes], dest: Path, strip_first: bool = True) -> 
             if not parts:
                 continue
             rel = "/".join(parts)
-            target = dest.joinpath(*parts)
-            if ".." in parts or not str(target.resolve()).startswith(str(dest) + os.sep):
-                skipped.append(rel)
+            target = host_path(dest, rel)
+            if target is None:
+                budget.skip(rel, "its path leads outside the output folder")
                 continue
-            if member.isdir():
+            if member.islnk():  # a second name of a file earlier in the archive
+                link_parts = [p for p in member.linkname.split("/") if p not in ("", ".")]
+                first = "/".join(link_parts[1:] if strip_first else link_parts)
+                if first in written and link_or_copy(dest, first, rel):
+                    written.append(rel)
+                else:
+                    budget.skip(rel, f"hard link to {first!r}, which was not copied")
+                continue
+            entry = Entry(rel, member_kind(member), member.size, target=member.linkname if member.issym() else "")
+            decision = budget.decide(entry)
+            if decision.action == "dir":
                 target.mkdir(parents=True, exist_ok=True)
-            elif member.isfile():
-                target.parent.mkdir(parents=True, exist_ok=True)
-                src = tar.extractfile(member)
-                with open(target, "wb") as f:
-                    while True:
-                        block = src.read(1 << 20)
-                        if not block:
-                            break
-                        f.write(block)
-                os.chmod(target, (member.mode & 0o777) | 0o600)
+            elif decision.action == "copy":
+                _write_member(tar, member, target)
                 written.append(rel)
-            else:
-                skipped.append(rel)
-    return written, skipped
+    return written
+
+
+def extract_single_file(chunks: Iterable[bytes], target: Path, max_bytes: Optional[int]) -> Optional[str]:
+    """Write the one regular file a streamed tar holds to `target`; returns why it was not
+    written (it is no longer a regular file, or grew past max_bytes), or None."""
+    with tarfile.open(fileobj=io.BufferedReader(IterReader(chunks), 1 << 20), mode="r|") as tar:
+        for member in tar:
+            if not member.isreg():
+                return f"became a {member_kind(member)} while copying"
+            if max_bytes is not None and member.size > max_bytes:
+                return f"grew to {member.size:,} bytes while copying, over the limit"
+            _write_member(tar, member, target)
+            return None
+    return "vanished while copying"

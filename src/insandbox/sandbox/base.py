@@ -1,13 +1,23 @@
 """What every sandbox backend provides: a persistent shell, files in and out, a lifetime.
 
-A backend is one file in this folder implementing `Sandbox`. Everything above this
-layer (tools, environment, agent) only talks to this protocol.
+A backend is one file in this folder implementing `Sandbox` (instance methods for one
+sandbox, class methods for what concerns all of a backend's sandboxes: preparing the
+image, removing leftovers, a last-resort kill at a forced exit). Everything above this
+layer (tools, environment, agent, runner, CLI) only talks to this protocol.
+
+Two kinds of failure, never mixed:
+- `SandboxError`: the sandbox itself is broken (engine gone, container dead, channel
+  broken). Never the model's fault; it ends the episode as `sandbox_error`.
+- `OperationError`: one operation failed and the sandbox is fine (a missing file, a FIFO
+  where a file was expected, a path the server cannot open). Usually the model's doing;
+  the tools turn it into an error message the model reads, and the episode goes on.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Protocol, runtime_checkable
+from typing import ClassVar, Optional, Protocol, runtime_checkable
 
 
 class SandboxError(RuntimeError):
@@ -15,17 +25,27 @@ class SandboxError(RuntimeError):
     an infrastructure error, never the model's fault."""
 
 
-class ServerError(SandboxError):
-    """The in-container server answered a request with an error (e.g. a file it could not read);
+class OperationError(Exception):
+    """One operation failed; the sandbox is fine. The message is written for the model."""
+
+
+class SandboxFileError(OperationError):
+    """A file operation failed for a reason the model can act on (missing path, not a regular file, ...)."""
+
+
+class ServerError(OperationError):
+    """The in-container server answered a request with an error (e.g. a file it could not open);
     the sandbox itself is fine. `message` is the server's own words."""
 
     def __init__(self, sandbox: str, message: str):
-        super().__init__(f"sandbox {sandbox}: server error: {message}")
+        super().__init__(message)
+        self.sandbox = sandbox
         self.message = message
 
 
-class SandboxFileError(SandboxError):
-    """A file operation failed for a reason the model can act on (missing path, ...)."""
+class SetupError(ValueError):
+    """A setting cannot work with this backend (no such network, image missing and not buildable);
+    found before anything is started, so the caller can report a bad argument."""
 
 
 @dataclass
@@ -55,13 +75,27 @@ class ExecResult:
     timed_out: bool = False
 
 
+# What a path is. Only regular files are ever read or written: reading a FIFO or a device
+# would block or never end.
+FILE, DIRECTORY, SYMLINK, FIFO, SOCKET, CHAR_DEVICE, BLOCK_DEVICE = (
+    "file", "directory", "symlink", "FIFO", "socket", "character device", "block device")
+
+
 @dataclass
 class FileStat:
     name: str
     size: int
     mode: int  # permission bits
-    is_dir: bool
+    kind: str = FILE  # one of the kinds above
     link_target: str = ""
+
+    @property
+    def is_dir(self) -> bool:
+        return self.kind == DIRECTORY
+
+    @property
+    def is_file(self) -> bool:
+        return self.kind == FILE
 
 
 @dataclass
@@ -88,13 +122,71 @@ class SandboxSpec:
     # (byte-exact, ~2 ms); larger ones, and whole folders, through the engine's archive
     # API (~60 ms and engine CPU per call). 0: always the archive API.
     fast_file_max_bytes: int = 1 << 20
+    build_image: bool = True  # prepare(): build a missing image when the backend knows how
+
+
+@dataclass
+class CopyLimits:
+    """What copy_out brings back at most; anything past a limit is skipped and recorded."""
+
+    max_file_bytes: Optional[int] = 512 * 1024 ** 2
+    max_total_bytes: Optional[int] = 1024 ** 3
+    max_files: Optional[int] = 10_000
+
+
+@dataclass
+class Skipped:
+    """An entry of the output folder that was not copied back, and why."""
+
+    path: str  # relative to the folder copied
+    reason: str
+    size: Optional[int] = None
+
+
+@dataclass
+class CopyResult:
+    files: list[str] = field(default_factory=list)  # written, relative paths
+    skipped: list[Skipped] = field(default_factory=list)
+
+
+@dataclass
+class Leftover:
+    """A sandbox that `clean` may remove."""
+
+    id: str
+    name: str
+    run_id: str
+    status: str
+    reason: str
+
+
+Progress = Callable[[str], None]
 
 
 @runtime_checkable
 class Sandbox(Protocol):
+    backend: ClassVar[str]  # the name it registers under
     spec: SandboxSpec
 
+    # ------------------------------------------------------------------ the backend
+    @classmethod
+    async def prepare(cls, spec: SandboxSpec, on_status: Progress, on_progress: Progress) -> None:
+        """Check the spec can work (image present or built, network known) before any run folder
+        exists; raises SetupError for a bad setting and SandboxError when the backend is down."""
+
+    @classmethod
+    def clean(cls, everything: bool = False, dry_run: bool = False) -> list[Leftover]:
+        """Remove sandboxes left behind by processes that are gone (all of this backend's with everything)."""
+
+    @classmethod
+    def kill_all_now(cls) -> None:
+        """Last resort at a forced exit: remove this process's sandboxes at once, blocking."""
+
+    # ------------------------------------------------------------------ one sandbox
     async def start(self) -> None: ...
+
+    def info(self) -> dict:
+        """What to record about this sandbox: backend, image, ids, limits, start-up timings."""
 
     async def run(self, command: str, timeout: float = 120.0) -> CommandResult:
         """Run `command` in the persistent shell (cwd, env and functions persist)."""
@@ -102,12 +194,16 @@ class Sandbox(Protocol):
     async def exec(self, argv: list[str], timeout: float = 60.0, stdin: str = "") -> ExecResult:
         """Run a program directly, outside the model's shell."""
 
-    async def read_file(self, path: str, max_bytes: Optional[int] = None) -> bytes: ...
+    async def read_file(self, path: str, max_bytes: Optional[int] = None) -> bytes:
+        """A regular file's bytes (symlinks followed inside the sandbox); anything else is a SandboxFileError."""
 
     async def write_file(self, path: str, data: bytes, mode: Optional[int] = None) -> None: ...
 
     async def stat(self, path: str) -> Optional[FileStat]:
-        """None when the path does not exist."""
+        """The path itself, not following a final symlink; None when it does not exist."""
+
+    async def resolve(self, path: str) -> tuple[str, Optional[FileStat]]:
+        """Follow symlinks inside the sandbox: the real path and its stat (None when missing)."""
 
     async def remove_file(self, path: str) -> None: ...
 
@@ -117,8 +213,9 @@ class Sandbox(Protocol):
     async def copy_in_files(self, files: dict[str, bytes], container_dir: str) -> None:
         """Place in-memory files {relative path: bytes} under container_dir."""
 
-    async def copy_out(self, container_dir: str, host_dir: Path, max_bytes: Optional[int] = None) -> list[str]:
-        """Copy the contents of container_dir into host_dir; returns the files written."""
+    async def copy_out(self, container_dir: str, host_dir: Path, limits: Optional[CopyLimits] = None) -> CopyResult:
+        """Copy the regular files under container_dir into host_dir, file by file within the limits;
+        links, FIFOs, devices and whatever exceeds a limit are skipped and listed with the reason."""
 
     async def close(self) -> None:
         """Remove the sandbox. Safe to call twice and after failures."""

@@ -1,27 +1,20 @@
-"""`insandbox clean`: remove sandboxes left behind, and only ours.
+"""Leftover Docker sandboxes, for `insandbox clean` (the Docker backend's `clean`).
 
-Only containers labelled insandbox=1 are considered. Of those, a container is left
-over when it is no longer running (its server exits when its owner goes away) or
-when its owner process, on this host, is gone. `everything=True` also takes running
-sandboxes of live processes, for when you know no run is in progress.
+Only containers labelled insandbox=1 are considered. A container is left over when the
+process that created it (its owner label: host, pid and the process's start time, so a
+reused pid is not mistaken for the owner) is gone from this host, whatever the container's
+state. A container whose owner is alive is never touched, even if it is still being
+created or has stopped: its owner may be starting it or copying its files back.
+`everything=True` takes all of them, for when you know no run is in progress.
 """
 from __future__ import annotations
 
 import os
 import socket
-from dataclasses import dataclass
 
 from . import engine
-from .docker import LABEL, LABEL_OWNER, LABEL_RUN
-
-
-@dataclass
-class Leftover:
-    id: str
-    name: str
-    run_id: str
-    status: str
-    reason: str
+from .base import Leftover
+from .docker import LABEL, LABEL_OWNER, LABEL_RUN, process_start
 
 
 def _pid_alive(pid: int) -> bool:
@@ -34,14 +27,25 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def owner_gone(owner: str) -> str:
+    """Why the owner "<host>:<pid>[:<start>]" is known to be gone, or "" if it may be alive
+    (alive, on another host, or unknown)."""
+    parts = owner.split(":")
+    if len(parts) < 2 or parts[0] != socket.gethostname() or not parts[1].isdigit():
+        return ""
+    pid = int(parts[1])
+    if not _pid_alive(pid):
+        return f"owner process {pid} is gone"
+    if len(parts) > 2 and parts[2] and process_start(pid) != parts[2]:
+        return f"owner process {pid} is gone (the pid now belongs to another process)"
+    return ""
+
+
 def leftover_reason(container: dict, everything: bool) -> str:
     """Why this container may be removed, or "" to keep it."""
-    if container.get("State") != "running":
-        return "not running"
-    owner = (container.get("Labels") or {}).get(LABEL_OWNER, "")
-    host, _, pid = owner.rpartition(":")
-    if host == socket.gethostname() and pid.isdigit() and not _pid_alive(int(pid)):
-        return f"owner process {pid} is gone"
+    gone = owner_gone((container.get("Labels") or {}).get(LABEL_OWNER, ""))
+    if gone:
+        return gone
     if everything:
         return "--all"
     return ""

@@ -2,11 +2,14 @@
 
 Life of a sandbox: create the container (labelled with the run id and the owning
 process) -> open the attach stream -> start -> hand the server its source -> ready.
-Commands go over the attach stream; files go through the engine's archive API;
-`close()` removes the container with `rm -f` (no 10 s stop grace: nothing inside
-needs a clean shutdown). If this process dies without closing, the container's
-stdin reaches EOF, the server exits and the container stops; `insandbox clean`
-removes what is left.
+Commands go over the attach stream; small files through the server, big ones and
+directory trees through the engine's archive API; `close()` removes the container with
+`rm -f` (no 10 s stop grace: nothing inside needs a clean shutdown). If this process
+dies without closing, the container's stdin reaches EOF, the server exits at once and
+the container stops; `insandbox clean` removes what is left.
+
+Helpers of this backend: image.py (building the image), cleanup.py (finding leftovers),
+channel.py (the attach stream), server.py (what runs inside).
 """
 from __future__ import annotations
 
@@ -19,37 +22,56 @@ import socket
 import time
 import uuid
 from pathlib import Path
-from typing import Optional
+from typing import ClassVar, Optional
 
 from . import archive, engine
-from .base import CommandResult, ExecResult, FileStat, SandboxError, SandboxFileError, SandboxSpec, ServerError
+from .base import (
+    BLOCK_DEVICE,
+    CHAR_DEVICE,
+    DIRECTORY,
+    FIFO,
+    FILE,
+    SOCKET,
+    SYMLINK,
+    CommandResult,
+    CopyLimits,
+    CopyResult,
+    ExecResult,
+    FileStat,
+    Leftover,
+    OperationError,
+    Progress,
+    SandboxError,
+    SandboxFileError,
+    SandboxSpec,
+    ServerError,
+    SetupError,
+)
 from .channel import Channel
+from .copyback import CopyBudget, Entry, host_path, human_size, link_or_copy
 from .server import BOOTSTRAP
 
 LABEL = "insandbox"  # every container we create carries insandbox=1
 LABEL_RUN = "insandbox.run_id"
-LABEL_OWNER = "insandbox.owner"  # "<hostname>:<pid>" of the process that created it
+LABEL_OWNER = "insandbox.owner"  # "<hostname>:<pid>:<process start time>" of the process that created it
 LABEL_CREATED = "insandbox.created"
 CHANNEL_GRACE_S = 30.0  # beyond a command's own timeout, before we call the sandbox dead
 MAX_LINK_HOPS = 8
+BUILTIN_NETWORKS = ("bridge", "none", "host")
+LIST_MAX_ENTRIES = 100_000
+READ_BATCH_BYTES = 8 << 20  # small files per copy-back request
+
+# Go's os.FileMode bits, as the engine reports a path's type
+_GO_DIR, _GO_SYMLINK, _GO_DEVICE, _GO_FIFO, _GO_SOCKET, _GO_CHAR = 1 << 31, 1 << 27, 1 << 26, 1 << 25, 1 << 24, 1 << 21
 
 _SERVER_SOURCE: Optional[str] = None
 LIVE: dict[str, str] = {}  # container id -> name, of sandboxes this process has not removed yet
 
 
-def remove_live_now() -> None:
-    """Last resort at a forced exit: remove this process's sandboxes, blocking."""
-    for cid in list(LIVE):
-        try:
-            engine.api().remove_container(cid, force=True, v=True)
-        except Exception:
-            pass
-        LIVE.pop(cid, None)
-
-
-class ImageNotFound(SandboxError):
+class ImageNotFound(SetupError):
     def __init__(self, image: str):
-        super().__init__(f"image {image!r} not found; build it with `insandbox image build --tag {image}`")
+        super().__init__(f"image {image!r} not found; build it with `insandbox image build --tag {image}` "
+                         "(or pull it into the engine)")
         self.image = image
 
 
@@ -60,11 +82,42 @@ def server_source() -> str:
     return _SERVER_SOURCE
 
 
+def process_start(pid: int) -> str:
+    """The process's start time in clock ticks since boot: with the pid, it names one process
+    (a pid alone may be reused by an unrelated process later)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        return stat[stat.rfind(b")") + 2:].split()[19].decode()
+    except (OSError, IndexError):
+        return ""
+
+
 def owner_label() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
+    return f"{socket.gethostname()}:{os.getpid()}:{process_start(os.getpid())}"
+
+
+def kind_of_go_mode(mode: int) -> str:
+    if mode & _GO_DIR:
+        return DIRECTORY
+    if mode & _GO_SYMLINK:
+        return SYMLINK
+    if mode & _GO_FIFO:
+        return FIFO
+    if mode & _GO_SOCKET:
+        return SOCKET
+    if mode & _GO_DEVICE:
+        return CHAR_DEVICE if mode & _GO_CHAR else BLOCK_DEVICE
+    return FILE
+
+
+def _not_a_file(path: str, kind: str) -> SandboxFileError:
+    return SandboxFileError(f"{path} is a {kind}, not a regular file")
 
 
 class DockerSandbox:
+    backend: ClassVar[str] = "docker"
+
     def __init__(self, spec: SandboxSpec):
         self.spec = spec
         self.container_id: Optional[str] = None
@@ -74,11 +127,48 @@ class DockerSandbox:
         self.timings: dict[str, float] = {}
         self._closed = False
 
+    # ------------------------------------------------------------------ the backend
+    @classmethod
+    async def prepare(cls, spec: SandboxSpec, on_status: Progress = lambda text: None,
+                      on_progress: Progress = lambda text: None) -> None:
+        """The network exists and the image is there (insandbox:* images are built on first use)."""
+        from . import image
+
+        api = await engine.call(engine.api)
+        net = spec.limits.network
+        if net not in BUILTIN_NETWORKS and not net.startswith("container:"):
+            found = await engine.call(api.networks, names=[net])
+            if not any(n.get("Name") == net for n in found):
+                known = sorted({*BUILTIN_NETWORKS, *(n.get("Name") for n in await engine.call(api.networks))})
+                raise SetupError(f"--network {net!r}: no such Docker network (known: {', '.join(known)})")
+        if await engine.call(image.image_exists, spec.image):
+            return
+        if not spec.build_image or spec.image.split(":")[0] != "insandbox":
+            raise ImageNotFound(spec.image)
+        on_status(f"image {spec.image} not found: building it (once, a few minutes)")
+        info = await engine.call(image.build_image, spec.image, progress=on_progress)
+        on_status(f"built {info.tag}: {info.size_bytes / 1e6:,.0f} MB")
+
+    @classmethod
+    def clean(cls, everything: bool = False, dry_run: bool = False) -> list[Leftover]:
+        from .cleanup import clean
+
+        return clean(everything, dry_run)
+
+    @classmethod
+    def kill_all_now(cls) -> None:
+        for cid in list(LIVE):
+            try:
+                engine.api().remove_container(cid, force=True, v=True)
+            except Exception:
+                pass
+            LIVE.pop(cid, None)
+
     # ------------------------------------------------------------------ lifetime
     async def start(self) -> None:
         import docker.errors
 
-        api = engine.api()
+        api = await engine.call(engine.api)
         lim = self.spec.limits
         host_config = api.create_host_config(
             mem_limit=lim.memory, memswap_limit=lim.memory,  # same value: no swap on top
@@ -124,6 +214,11 @@ class DockerSandbox:
             raise
         self.timings.update(create_s=t1 - t0, start_s=t2 - t1, ready_s=time.perf_counter() - t2)
 
+    def info(self) -> dict:
+        return {"backend": self.backend, "image": self.spec.image, "name": self.name,
+                "container_id": self.container_id, "limits": vars(self.spec.limits).copy(),
+                "timings": dict(self.timings), "server_info": dict(self.server_info)}
+
     async def close(self) -> None:
         if self._closed:
             return
@@ -135,6 +230,7 @@ class DockerSandbox:
                 await asyncio.shield(engine.call(engine.api().remove_container, self.container_id, force=True, v=True))
             except Exception as e:
                 if not engine.is_not_found(e) and "already in progress" not in str(e):
+                    self._closed = False  # let a later close() try again
                     raise SandboxError(f"could not remove container {self.name}: {e}") from e
             LIVE.pop(self.container_id, None)
 
@@ -188,21 +284,24 @@ class DockerSandbox:
     async def stat(self, path: str) -> Optional[FileStat]:
         api = engine.api()
         url = api._url("/containers/{0}/archive", self.container_id)
-        resp = await engine.call(api.head, url, params={"path": path})
+        try:
+            raw_path = os.fsencode(path)
+        except UnicodeEncodeError:
+            raise SandboxFileError(f"{path!r}: the path holds characters that are not valid Unicode") from None
+        resp = await engine.call(api.head, url, params={"path": raw_path})
         if resp.status_code == 404:
             return None
-        if resp.status_code >= 400:
-            raise SandboxError(f"stat {path}: engine answered {resp.status_code}")
+        if resp.status_code >= 400:  # e.g. a NUL byte in the path: the engine refuses it
+            raise SandboxFileError(f"{path!r}: the engine cannot look this path up (HTTP {resp.status_code})")
         raw = json.loads(base64.b64decode(resp.headers.get("X-Docker-Container-Path-Stat", "e30=")))
         mode = int(raw.get("mode", 0))
         return FileStat(name=raw.get("name", posixpath.basename(path)), size=int(raw.get("size", 0)),
-                        mode=mode & 0o7777, is_dir=bool(mode & (1 << 31)), link_target=raw.get("linkTarget", ""))
+                        mode=mode & 0o7777, kind=kind_of_go_mode(mode), link_target=raw.get("linkTarget", ""))
 
     async def resolve(self, path: str) -> tuple[str, Optional[FileStat]]:
-        """Follow symlinks to the real path; returns it with its stat (None if missing)."""
         for _ in range(MAX_LINK_HOPS):
             st = await self.stat(path)
-            if st is None or not st.link_target:
+            if st is None or st.kind != SYMLINK:
                 return path, st
             target = st.link_target
             path = target if target.startswith("/") else posixpath.normpath(
@@ -215,10 +314,10 @@ class DockerSandbox:
         path, st = await self.resolve(path)
         if st is None:
             raise SandboxFileError(f"{path}: no such file")
-        if st.is_dir:
-            raise SandboxFileError(f"{path} is a directory")
+        if not st.is_file:
+            raise _not_a_file(path, st.kind)
         if max_bytes is not None and st.size > max_bytes:
-            raise SandboxFileError(f"{path} is {st.size} bytes, over the {max_bytes}-byte limit")
+            raise SandboxFileError(f"{path} is {st.size:,} bytes, over the {max_bytes:,}-byte limit")
         if st.size <= self.spec.fast_file_max_bytes and self._channel_free():
             try:
                 reply = await self._request("read", CHANNEL_GRACE_S, path=path,
@@ -232,9 +331,12 @@ class DockerSandbox:
         api = engine.api()
 
         def fetch() -> bytes:
-            stream, _ = api.get_archive(self.container_id, path)
+            stream, _ = api.get_archive(self.container_id, os.fsencode(path))
             with archive.spool(stream) as f:
-                return archive.first_file(f)[1]
+                member, data = archive.first_file(f)
+            if not member.isreg():
+                raise _not_a_file(path, archive.member_kind(member))
+            return data
 
         try:
             return await engine.call(fetch)
@@ -244,6 +346,9 @@ class DockerSandbox:
     async def write_file(self, path: str, data: bytes, mode: Optional[int] = None) -> None:
         import docker.errors
 
+        path, st = await self.resolve(path)  # write where a symlink points, as open() would
+        if st is not None and not st.is_file:
+            raise _not_a_file(path, st.kind)
         if len(data) <= self.spec.fast_file_max_bytes and self._channel_free():
             try:
                 await self._request("write", CHANNEL_GRACE_S, path=path, data=base64.b64encode(data).decode("ascii"),
@@ -270,39 +375,128 @@ class DockerSandbox:
             raise SandboxFileError(f"cannot remove {path}: {res.stderr.strip()}")
 
     async def copy_in(self, host_path: Path, container_dir: str) -> None:
-        res = await self.exec(["mkdir", "-p", "--", container_dir])
-        if res.exit_code != 0:
-            raise SandboxError(f"cannot create {container_dir} in the sandbox: {res.stderr.strip()}")
+        await self._mkdir(container_dir)
         with archive.tar_of(Path(host_path)) as tar:
             await engine.call(engine.api().put_archive, self.container_id, container_dir, tar)
 
     async def copy_in_files(self, files: dict[str, bytes], container_dir: str) -> None:
-        """Place in-memory files {relative path: bytes} under container_dir."""
+        await self._mkdir(container_dir)
+        await engine.call(engine.api().put_archive, self.container_id, container_dir, archive.tar_of_texts(files))
+
+    async def _mkdir(self, container_dir: str) -> None:
         res = await self.exec(["mkdir", "-p", "--", container_dir])
         if res.exit_code != 0:
             raise SandboxError(f"cannot create {container_dir} in the sandbox: {res.stderr.strip()}")
-        await engine.call(engine.api().put_archive, self.container_id, container_dir, archive.tar_of_texts(files))
 
-    async def copy_out(self, container_dir: str, host_dir: Path, max_bytes: Optional[int] = None) -> list[str]:
+    # ------------------------------------------------------------------ copy-back
+    async def copy_out(self, container_dir: str, host_dir: Path, limits: Optional[CopyLimits] = None) -> CopyResult:
+        """File by file: the server lists the folder (never following links), the budget picks what
+        fits, small files come in batches through the server and big ones one by one through the
+        archive API. With the server gone (stopped container) the engine streams the folder and the
+        same rules apply member by member."""
+        host_dir = Path(host_dir)
+        host_dir.mkdir(parents=True, exist_ok=True)
+        budget = CopyBudget(limits)
+        root = container_dir.rstrip("/") or "/"
+        listing = None
+        if self._channel_free():
+            try:
+                listing = await self._request("list_tree", CHANNEL_GRACE_S, path=root, max_entries=LIST_MAX_ENTRIES)
+            except (SandboxError, OperationError):
+                listing = None
+        if listing is None:
+            files = await self._copy_streamed(root, host_dir, budget)
+        else:
+            files = await self._copy_listed(root, listing, host_dir, budget)
+        return CopyResult(files, budget.skipped)
+
+    async def _copy_listed(self, root: str, listing: dict, dest: Path, budget: CopyBudget) -> list[str]:
+        if listing.get("truncated"):
+            budget.skip("...", f"the folder holds more than {LIST_MAX_ENTRIES:,} entries; the rest were not looked at")
+        small, big, links = [], [], []
+        for raw in listing["entries"]:
+            key = tuple(raw["link_key"]) if raw.get("link_key") else None
+            e = Entry(raw["path"], raw["kind"], int(raw.get("size") or 0), key, raw.get("target", ""))
+            target = host_path(dest, e.path)
+            if target is None:
+                budget.skip(e.path, "its path leads outside the output folder")
+                continue
+            d = budget.decide(e)
+            if d.action == "dir":
+                target.mkdir(parents=True, exist_ok=True)
+            elif d.action == "copy":
+                (small if e.size <= self.spec.fast_file_max_bytes else big).append((e, target))
+            elif d.action == "link":
+                links.append((d.source, e))
+        written: list[str] = []
+        for batch in _batches(small, READ_BATCH_BYTES):
+            reply = await self._request("read_many", CHANNEL_GRACE_S, files=[
+                {"path": f"{root}/{e.path}", "max_bytes": max(e.size, self.spec.fast_file_max_bytes)}
+                for e, _ in batch])
+            for (e, target), item in zip(batch, reply["files"], strict=True):
+                if "error" in item:
+                    budget.skip(e.path, f"not copied: {item['error']}", e.size)
+                    continue
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(base64.b64decode(item["data"]))
+                written.append(e.path)
+        for e, target in big:
+            why = await self._fetch_one(f"{root}/{e.path}", target, budget.limits.max_file_bytes)
+            if why:
+                budget.skip(e.path, why, e.size)
+            else:
+                written.append(e.path)
+        copied = set(written)
+        for first, e in links:
+            if first in copied and link_or_copy(dest, first, e.path):
+                written.append(e.path)
+            else:
+                budget.skip(e.path, f"hard link to {first!r}, which was not copied", e.size)
+        return written
+
+    async def _fetch_one(self, path: str, target: Path, max_bytes: Optional[int]) -> Optional[str]:
+        """One big file through the archive API; returns why it was not copied, or None."""
+        import docker.errors
+
+        api = engine.api()
+
+        def fetch() -> Optional[str]:
+            try:
+                stream, stat = api.get_archive(self.container_id, os.fsencode(path))
+            except docker.errors.NotFound:
+                return "vanished while copying"
+            size = int((stat or {}).get("size") or 0)
+            if max_bytes is not None and size > max_bytes:  # grew since it was listed: do not stream it
+                return f"grew to {human_size(size)} while copying, over the per-file limit"
+            return archive.extract_single_file(stream, target, max_bytes)
+
+        return await engine.call(fetch)
+
+    async def _copy_streamed(self, root: str, dest: Path, budget: CopyBudget) -> list[str]:
         import docker.errors
 
         api = engine.api()
 
         def fetch() -> list[str]:
             try:
-                stream, _ = api.get_archive(self.container_id, container_dir.rstrip("/") or "/")
+                stream, _ = api.get_archive(self.container_id, os.fsencode(root))
             except docker.errors.NotFound:
                 return []
-            with archive.spool(stream, max_bytes) as f:
-                written, _ = archive.extract_safely(f, Path(host_dir), strip_first=True)
-                return written
+            return archive.extract_streamed(stream, dest, budget, strip_first=True)
 
-        Path(host_dir).mkdir(parents=True, exist_ok=True)
-        if self._channel_free():
-            probe = await self._request("empty_dir", CHANNEL_GRACE_S, path=container_dir)
-            if probe["empty"]:  # nothing to copy: spare the engine an archive call
-                return []
-        try:
-            return await engine.call(fetch)
-        except archive.ArchiveTooLarge:
-            raise SandboxError(f"{container_dir} holds more than {max_bytes} bytes; not copied") from None
+        return await engine.call(fetch)
+
+
+def _batches(items: list, max_bytes: int) -> list[list]:
+    """Consecutive groups whose files add up to at most max_bytes (one big file alone)."""
+    out, cur, size = [], [], 0
+    for item in items:
+        n = item[0].size
+        if cur and size + n > max_bytes:
+            out.append(cur)
+            cur, size = [], 0
+        cur.append(item)
+        size += n
+    if cur:
+        out.append(cur)
+    return out

@@ -58,9 +58,25 @@ def _executor() -> ThreadPoolExecutor:
 
 
 async def call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """Run a blocking SDK call on the docker thread pool."""
+    """Run a blocking SDK call on the docker thread pool. The engine being unreachable is a
+    SandboxError; the engine's own answers (docker.errors.APIError) reach the caller as they are."""
     loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(_executor(), functools.partial(fn, *args, **kwargs))
+    try:
+        return await loop.run_in_executor(_executor(), functools.partial(fn, *args, **kwargs))
+    except Exception as e:
+        if is_unreachable(e):
+            raise SandboxError(f"the Docker engine at {docker_host()} stopped answering: {e}") from e
+        raise
+
+
+def is_unreachable(exc: BaseException) -> bool:
+    """A failure to talk to the engine at all (socket gone, connection refused or dropped)."""
+    import docker.errors
+    import requests.exceptions
+
+    if isinstance(exc, docker.errors.APIError):
+        return False
+    return isinstance(exc, (requests.exceptions.ConnectionError, docker.errors.DockerException, ConnectionError))
 
 
 def is_not_found(exc: BaseException) -> bool:

@@ -27,9 +27,16 @@ import json
 import os
 import select
 import signal
+import stat
 import subprocess
 import sys
+import threading
 import time
+
+try:
+    import queue
+except ImportError:  # pragma: no cover - Python 2 is not supported, but fail clearly
+    import Queue as queue  # noqa: N813
 
 BOOTSTRAP = "import sys,json;exec(json.loads(sys.stdin.readline()))"
 STATE_DIR = "/run/insandbox"
@@ -129,6 +136,45 @@ def descendants(table, roots):
                 found.add(child)
                 todo.append(child)
     return found
+
+
+KINDS = ((stat.S_ISREG, "file"), (stat.S_ISDIR, "directory"), (stat.S_ISLNK, "symlink"),
+         (stat.S_ISFIFO, "FIFO"), (stat.S_ISSOCK, "socket"), (stat.S_ISCHR, "character device"),
+         (stat.S_ISBLK, "block device"))
+
+
+def kind_of(mode):
+    for test, name in KINDS:
+        if test(mode):
+            return name
+    return "special file"
+
+
+def read_regular(path, limit, follow):
+    """(bytes, permission bits) of a regular file, or (None, None) when it holds more than
+    `limit` bytes. Never blocks: a FIFO or device is refused before it is opened, and the
+    open itself is non-blocking in case the path changed in between."""
+    st = os.stat(path) if follow else os.lstat(path)
+    if not stat.S_ISREG(st.st_mode):
+        raise OSError("%s is a %s, not a regular file" % (path, kind_of(st.st_mode)))
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | (0 if follow else getattr(os, "O_NOFOLLOW", 0))
+    fd = os.open(path, flags)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError("%s is a %s, not a regular file" % (path, kind_of(st.st_mode)))
+        chunks, size = [], 0
+        while size <= limit:
+            chunk = os.read(fd, min(1 << 20, limit + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        os.close(fd)
+    if size > limit:
+        return None, None
+    return b"".join(chunks), st.st_mode & 0o7777
 
 
 class Shell(object):
@@ -347,13 +393,28 @@ class Server(object):
 
     @staticmethod
     def read_file(req):
-        """Bytes of a (small) file; the host uses the engine's archive API for big ones."""
+        """Bytes of a (small) regular file; the host uses the engine's archive API for big ones."""
         path, limit = req["path"], int(req.get("max_bytes") or 1 << 20)
-        with open(path, "rb") as f:
-            data = f.read(limit + 1)
-        if len(data) > limit:
+        data, mode = read_regular(path, limit, follow=True)
+        if data is None:
             return {"too_large": True}
-        return {"data": base64.b64encode(data).decode("ascii"), "mode": os.stat(path).st_mode & 0o7777}
+        return {"data": base64.b64encode(data).decode("ascii"), "mode": mode}
+
+    @staticmethod
+    def read_many(req):
+        """Several regular files in one reply (copy-back of small files). Each is opened without
+        following a final symlink; a file that is no longer what the listing said gets an error."""
+        out = []
+        for item in req["files"]:
+            try:
+                data, _ = read_regular(item["path"], int(item["max_bytes"]), follow=False)
+                if data is None:
+                    out.append({"error": "grew past %d bytes" % int(item["max_bytes"])})
+                else:
+                    out.append({"data": base64.b64encode(data).decode("ascii")})
+            except Exception as e:
+                out.append({"error": "%s: %s" % (type(e).__name__, e)})
+        return {"files": out}
 
     @staticmethod
     def write_file(req):
@@ -361,18 +422,59 @@ class Server(object):
         parent = os.path.dirname(path)
         if parent and not os.path.isdir(parent):
             os.makedirs(parent)
-        with open(path, "wb") as f:
-            f.write(base64.b64decode(req["data"]))
+        try:
+            st = os.stat(path)
+        except OSError:
+            st = None
+        if st is not None and not stat.S_ISREG(st.st_mode):
+            raise OSError("%s is a %s, not a regular file" % (path, kind_of(st.st_mode)))
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK | os.O_NOCTTY, 0o644)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):  # replaced between the check and the open
+                raise OSError("%s is not a regular file" % path)
+            data = memoryview(base64.b64decode(req["data"]))
+            while data:
+                data = data[os.write(fd, data):]
+        finally:
+            os.close(fd)
         if req.get("mode") is not None:
             os.chmod(path, int(req["mode"]))
         return {"size": os.path.getsize(path)}
 
     @staticmethod
-    def is_empty_dir(req):
-        path = req["path"]
-        if not os.path.isdir(path):
-            return {"exists": os.path.exists(path), "empty": True}
-        return {"exists": True, "empty": not os.listdir(path)}
+    def list_tree(req):
+        """Every entry under a folder, without following links: what copy-back decides on."""
+        root, limit = req["path"], int(req.get("max_entries") or 100000)
+        if not os.path.isdir(root):
+            return {"exists": os.path.exists(root), "entries": [], "truncated": False}
+        entries, todo = [], [""]
+        while todo:
+            rel = todo.pop()
+            try:
+                names = sorted(os.listdir(os.path.join(root, rel) if rel else root))
+            except OSError:
+                continue
+            for name in names:
+                sub = rel + "/" + name if rel else name
+                try:
+                    st = os.lstat(os.path.join(root, sub))
+                except OSError:
+                    continue
+                kind = kind_of(st.st_mode)
+                entry = {"path": sub, "kind": kind, "size": st.st_size}
+                if kind == "file" and st.st_nlink > 1:
+                    entry["link_key"] = [st.st_dev, st.st_ino]
+                elif kind == "symlink":
+                    try:
+                        entry["target"] = os.readlink(os.path.join(root, sub))
+                    except OSError:
+                        entry["target"] = "?"
+                entries.append(entry)
+                if len(entries) >= limit:
+                    return {"exists": True, "entries": entries, "truncated": True}
+                if kind == "directory":
+                    todo.append(sub)
+        return {"exists": True, "entries": entries, "truncated": False}
 
     def reap(self):
         """As PID 1, collect orphans that exited; never touch our own shell."""
@@ -394,10 +496,12 @@ class Server(object):
             return self.exec_argv(req)
         if op == "read":
             return self.read_file(req)
+        if op == "read_many":
+            return self.read_many(req)
         if op == "write":
             return self.write_file(req)
-        if op == "empty_dir":
-            return self.is_empty_dir(req)
+        if op == "list_tree":
+            return self.list_tree(req)
         if op == "ping":
             return {"pid": os.getpid()}
         raise ValueError("unknown op %r" % (op,))
@@ -409,30 +513,58 @@ class Server(object):
     def serve(self):
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         self.start_shell(os.getcwd())
+        requests = queue.Queue()
+        reader = threading.Thread(target=watch_host, args=(requests,))
+        reader.daemon = True
+        reader.start()
         self.send({"ready": True, "pid": os.getpid(), "python": sys.version.split()[0]})
-        buf = b""
         while True:
-            ready, _, _ = select.select([0], [], [], 2.0)
-            if not ready:
+            try:
+                line = requests.get(timeout=2.0)
+            except queue.Empty:
                 self.reap()
                 continue
+            req = {}
+            try:
+                req = json.loads(line.decode("utf-8"))
+                reply = self.handle(req)
+                reply.update({"id": req.get("id"), "ok": True})
+            except Exception as e:  # report, never die: the host decides what to do
+                reply = {"id": req.get("id"), "ok": False, "error": "%s: %s" % (type(e).__name__, e)}
+            self.send(reply)
+            self.reap()
+
+
+def watch_host(requests):
+    """Read requests from the host for the main thread; at EOF the host is gone (killed,
+    crashed, or done without closing): end everything now, whatever is running."""
+    buf = b""
+    while True:
+        try:
             data = os.read(0, 1 << 20)
-            if not data:  # the host is gone: exit, which stops the container
-                return
-            buf += data
-            while b"\n" in buf:
-                line, buf = buf.split(b"\n", 1)
-                if not line.strip():
-                    continue
-                req = {}
-                try:
-                    req = json.loads(line.decode("utf-8"))
-                    reply = self.handle(req)
-                    reply.update({"id": req.get("id"), "ok": True})
-                except Exception as e:  # report, never die: the host decides what to do
-                    reply = {"id": req.get("id"), "ok": False, "error": "%s: %s" % (type(e).__name__, e)}
-                self.send(reply)
-                self.reap()
+        except OSError:
+            data = b""
+        if not data:
+            break
+        buf += data
+        while b"\n" in buf:
+            line, buf = buf.split(b"\n", 1)
+            if line.strip():
+                requests.put(line)
+    kill_everything_else()
+    os._exit(0)
+
+
+def kill_everything_else():
+    """As PID 1 our exit takes every process of the container with it; elsewhere (tests, an
+    init process in front of us) make sure nothing the model started outlives us."""
+    me = os.getpid()
+    for pid in process_table():
+        if pid not in (me, 1):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
 
 
 if __name__ == "__main__" or __name__ == "builtins":

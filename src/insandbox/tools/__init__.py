@@ -1,6 +1,12 @@
 """The model's tools. `ToolBox` turns one model tool call into one observation,
-whatever the model sent: bad JSON, an unknown tool or wrong arguments become an error
-message the model can read, never an exception in the loop."""
+whatever the model sent.
+
+`ToolBox.call` is the one place where errors the model caused become tool errors: bad
+JSON, an unknown tool, wrong arguments, text that is not valid Unicode, and any
+`OperationError` from the sandbox (a missing file, a FIFO or device where a file was
+expected, a path the server cannot open) become an error message the model reads, and
+the episode goes on. A `SandboxError` (the sandbox itself is broken) passes through and
+ends the episode."""
 from __future__ import annotations
 
 import json
@@ -8,7 +14,7 @@ import time
 from collections.abc import Iterable
 from typing import Optional
 
-from ..sandbox.base import Sandbox
+from ..sandbox.base import OperationError, Sandbox
 from .base import Tool, ToolArgumentError, ToolCall, ToolOutput
 from .bash import ExecuteBash
 from .editor import StrReplaceEditor
@@ -17,6 +23,7 @@ from .submit import Submit
 
 def default_tools(command_timeout: float = 120.0, workdir: str = "/testbed",
                   view_limit_chars: int = 16000) -> list[Tool]:
+    """A fresh set of the three tools (the editor keeps per-episode undo history)."""
     return [ExecuteBash(command_timeout), StrReplaceEditor(workdir, view_limit_chars), Submit()]
 
 
@@ -37,7 +44,26 @@ def parse_arguments(raw: object) -> dict:
             pass
     if not isinstance(value, dict):
         raise ToolArgumentError(f"the arguments must be a JSON object, got {type(value).__name__}")
+    check_unicode(value)
     return value
+
+
+def check_unicode(value: object, where: str = "") -> None:
+    """JSON may carry a lone UTF-16 surrogate ("\\ud800"): valid JSON, but not a character, and it
+    has no UTF-8 form to reach a file or a shell. Refuse it with the place it sits."""
+    if isinstance(value, str):
+        for i, ch in enumerate(value):
+            if "\ud800" <= ch <= "\udfff":
+                raise ToolArgumentError(
+                    f"`{where or 'the arguments'}` holds U+{ord(ch):04X} at character {i}, a lone UTF-16 surrogate: "
+                    "it is not a character and cannot be written as UTF-8. Nothing was run; send the text itself")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            check_unicode(str(key), where or "the argument names")
+            check_unicode(item, f"{where}.{key}" if where else str(key))
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            check_unicode(item, f"{where}[{i}]")
 
 
 class ToolBox:
@@ -51,16 +77,17 @@ class ToolBox:
         """Run one call; returns its output and the seconds it took."""
         t0 = time.perf_counter()
         tool = self.tools.get(call.name)
-        if tool is None:
-            out = ToolOutput(f"Error: there is no tool named {call.name!r}. Available tools: "
-                             f"{', '.join(self.tools)}.", error=True)
-            return out, time.perf_counter() - t0
         try:
+            if tool is None:
+                raise ToolArgumentError(f"there is no tool named {call.name!r}. Available tools: "
+                                        f"{', '.join(self.tools)}")
             out = await tool.run(sandbox, parse_arguments(call.arguments))
         except ToolArgumentError as e:
             out = ToolOutput(f"Error in the call to {call.name}: {e}.", error=True)
+        except OperationError as e:
+            out = ToolOutput(f"Error: {e}", error=True)
         return out, time.perf_counter() - t0
 
 
 __all__ = ["ExecuteBash", "StrReplaceEditor", "Submit", "Tool", "ToolBox", "ToolCall", "ToolOutput",
-           "ToolArgumentError", "default_tools", "parse_arguments"]
+           "ToolArgumentError", "check_unicode", "default_tools", "parse_arguments"]

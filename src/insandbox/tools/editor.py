@@ -3,15 +3,18 @@
 Files move through the sandbox's file API (the engine's archive API for Docker), never
 through a shell. Text is decoded with `surrogateescape`, so a file that is not valid
 UTF-8 still round-trips to the same bytes; tabs, CRLF line ends and a missing final
-newline are kept. Only files holding NUL bytes are refused as binary. One instance per
-sandbox: it keeps the undo history.
+newline are kept. Only files holding NUL bytes are refused as binary, and only regular
+files are read or written (a FIFO or a device would block or never end). Symbolic links
+are followed inside the sandbox. One instance per episode: it keeps the undo history.
+Errors the model can act on are raised as SandboxFileError / ToolArgumentError; the
+ToolBox turns them into the message the model reads.
 """
 from __future__ import annotations
 
 import posixpath
 from typing import Any, Optional
 
-from ..sandbox.base import Sandbox, SandboxFileError
+from ..sandbox.base import FileStat, Sandbox, SandboxFileError
 from .base import ToolArgumentError, ToolOutput, as_int, function_schema, require_str
 
 NAME = "str_replace_editor"
@@ -105,23 +108,35 @@ class StrReplaceEditor:
         command = require_str(args, "command")
         if command not in COMMANDS:
             raise ToolArgumentError(f"unknown command {command!r}; use one of {', '.join(COMMANDS)}")
-        path = self.resolve(require_str(args, "path", allow_empty=False))
-        try:
-            return await getattr(self, "_" + command)(sandbox, path, args)
-        except SandboxFileError as e:
-            return ToolOutput(f"Error: {e}", error=True)
+        path = require_str(args, "path", allow_empty=False)
+        if "\0" in path:
+            raise ToolArgumentError("`path` holds a NUL character, which no file name can contain")
+        return await getattr(self, "_" + command)(sandbox, self.resolve(path), args)
 
     def resolve(self, path: str) -> str:
         if not path.startswith("/"):
             path = posixpath.join(self.workdir, path)
         return posixpath.normpath(path)
 
-    async def _read_text(self, sandbox: Sandbox, path: str) -> tuple[bytes, str, Optional[int]]:
-        st = await sandbox.stat(path)
+    @staticmethod
+    async def _stat(sandbox: Sandbox, path: str) -> Optional[FileStat]:
+        """The path's stat after following symlinks; None when it does not exist."""
+        _, st = await sandbox.resolve(path)
+        return st
+
+    @staticmethod
+    def _must_be_file(path: str, st: Optional[FileStat]) -> FileStat:
         if st is None:
             raise SandboxFileError(f"{path} does not exist")
         if st.is_dir:
             raise SandboxFileError(f"{path} is a directory")
+        if not st.is_file:
+            raise SandboxFileError(f"{path} is a {st.kind}, not a regular file: the editor reads and writes regular "
+                                   "files only (use execute_bash for this one)")
+        return st
+
+    async def _read_text(self, sandbox: Sandbox, path: str) -> tuple[bytes, str, Optional[int]]:
+        st = self._must_be_file(path, await self._stat(sandbox, path))
         data = await sandbox.read_file(path, max_bytes=MAX_FILE_BYTES)
         if is_binary(data):
             raise SandboxFileError(
@@ -135,7 +150,7 @@ class StrReplaceEditor:
 
     # ------------------------------------------------------------------ commands
     async def _view(self, sandbox: Sandbox, path: str, args: dict) -> ToolOutput:
-        st = await sandbox.stat(path)
+        st = await self._stat(sandbox, path)
         if st is None:
             return ToolOutput(f"Error: {path} does not exist.", error=True)
         if st.is_dir:
@@ -201,11 +216,10 @@ class StrReplaceEditor:
 
     async def _create(self, sandbox: Sandbox, path: str, args: dict) -> ToolOutput:
         text = require_str(args, "file_text")
-        st = await sandbox.stat(path)
-        if st is not None and st.is_dir:
-            return ToolOutput(f"Error: {path} is a directory.", error=True)
+        st = await self._stat(sandbox, path)
         old, mode = None, None
         if st is not None:
+            self._must_be_file(path, st)
             old, mode = await sandbox.read_file(path, max_bytes=MAX_FILE_BYTES), st.mode
         data = encode(text)
         await self._save(sandbox, path, old, mode, data)
