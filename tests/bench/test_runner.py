@@ -61,6 +61,12 @@ def test_each_task_end_to_end_in_both_modes(task, scripted, run_async, tmp_path,
         assert traj["steps"][0]["tool_calls"][0]["output"].startswith(str(len(rows[0].input_files)))
         plain = [r for r in srv.requests if not r["tools"]]
         assert any('<document name="' in r["messages"][-1]["content"] for r in plain)
+    if task in ("chem", "biomed"):  # both extractions' verdicts are in results.jsonl, for the report
+        written = [json.loads(x) for x in (result.run_dir / "results.jsonl").read_text().splitlines()]
+        for rec in written:
+            both = rec["score_detail"]["extractions"]
+            assert both["strict"]["score"] == rec["score"] and both["reference"]["score"] in (0.0, 1.0)
+        assert recs[(rows[0].id, "llm")]["score_detail"]["extractions"]["reference"]["score"] == 1.0
     if task in ("physics", "long_context"):
         assert "offline approximation" in sb["score_method"] and sb["approximate"]
         assert result.summary["tasks"][task]["sandbox"]["approximate"]
