@@ -114,9 +114,14 @@ def load_bench_config(run_dir: Path) -> BenchConfig:
     path = Path(run_dir) / BENCH_FILE
     if not path.is_file():
         raise ConfigError(f"{run_dir} is not a benchmark run folder (no {BENCH_FILE})")
-    saved = json.loads(path.read_text(encoding="utf-8"))["config"]
+    meta = json.loads(path.read_text(encoding="utf-8"))
+    saved = meta["config"]
     run = saved.pop("run")
     run.pop("api_key_set", None)
+    if meta.get("max_steps") is not None:  # the step limit the samples ran with (the task's, or --max-steps)
+        run["max_steps"] = meta["max_steps"]
+    elif run.get("max_steps") == RunConfig.model_fields["max_steps"].default:
+        run.pop("max_steps")  # older runs: a default here left the task's own limit in force; keep it so
     return BenchConfig(**saved, run=RunConfig(**run))
 
 
@@ -129,6 +134,8 @@ class BenchRun:
         self.store = ResultStore(self.run_dir)
         self.modes = ["sandbox", "llm"] if cfg.mode == "both" else [cfg.mode]
         self.repeats = cfg.repeats or self.task.repeats
+        explicit = "max_steps" in cfg.run.model_fields_set
+        self.max_steps = cfg.run.max_steps if explicit or not self.task.max_steps else self.task.max_steps
         self.client: Optional[ModelClient] = None
         self.judge: Optional[OpenAIChatClient] = None
         self.scorer: Optional[Scorer] = None
@@ -144,6 +151,7 @@ class BenchRun:
             return
         path.write_text(json.dumps({"config": self.cfg.public(), "task": self.task.model_dump(),
                                     "row_ids": [r.id for r in rows], "modes": self.modes, "repeats": self.repeats,
+                                    "max_steps": self.max_steps,
                                     "created_at": T.now_iso()}, indent=1, ensure_ascii=False), encoding="utf-8")
 
     async def _open_clients(self) -> None:
@@ -170,9 +178,7 @@ class BenchRun:
     async def _run_sample(self, row: Row, repeat: int, mode: str) -> dict:
         rel = Path("samples") / mode / safe_name(row.id) / f"r{repeat}"
         run = self.cfg.run
-        overrides = {"mode": mode, "output_dir": self.run_dir / rel, "build_image": False}
-        if self.task.max_steps and "max_steps" not in run.model_fields_set:
-            overrides["max_steps"] = self.task.max_steps
+        overrides = {"mode": mode, "output_dir": self.run_dir / rel, "build_image": False, "max_steps": self.max_steps}
         started, attempts, result, crash = time.time(), 0, None, None
         while True:
             attempts += 1
