@@ -252,6 +252,8 @@ def report(
     out: Optional[Path] = typer.Option(None, help="Where to write report.md and the figures (default: "
                                                   "<first run>/report)."),
     plots: bool = typer.Option(True, help="Draw the PNG figures."),
+    pool: bool = typer.Option(False, "--pool", help="Pool the runs of the same task and model into one (refused "
+                                                    "when their settings differ)."),
 ) -> None:
     """Accuracy with confidence intervals, sandbox vs plain, capability usage, tokens and time."""
 
@@ -259,7 +261,7 @@ def report(
     from .console import make_console
 
     try:
-        out_dir, data = write_report(run_dirs, out, plots=plots)
+        out_dir, data = write_report(run_dirs, out, plots=plots, pool=pool)
     except ValueError as e:
         _fail(str(e))
     console = make_console()
