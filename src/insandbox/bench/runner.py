@@ -75,7 +75,9 @@ class BenchProgress(Protocol):
 
     def on_progress(self, text: str) -> None: ...  # transient lines, e.g. of a first-use image build
 
-    def on_start(self, total: int, already_done: int, run_dir: Path) -> None: ...
+    def on_start(self, total: int, already_done: int, run_dir: Path, concurrency: int) -> None: ...
+
+    def on_sample_start(self, row_id: str, mode: str, repeat: int) -> None: ...  # it got a slot and runs now
 
     def on_sample(self, record: dict) -> None: ...
 
@@ -87,7 +89,10 @@ class _Quiet:
     def on_progress(self, text: str) -> None:
         pass
 
-    def on_start(self, total: int, already_done: int, run_dir: Path) -> None:
+    def on_start(self, total: int, already_done: int, run_dir: Path, concurrency: int) -> None:
+        pass
+
+    def on_sample_start(self, row_id: str, mode: str, repeat: int) -> None:
         pass
 
     def on_sample(self, record: dict) -> None:
@@ -231,7 +236,7 @@ class BenchRun:
         if "sandbox" in self.modes and todo:
             await ensure_image(self.cfg.run, self.progress)
         await self._open_clients()
-        self.progress.on_start(total, total - len(todo), self.run_dir)
+        self.progress.on_start(total, total - len(todo), self.run_dir, self.cfg.concurrency)
         gate = asyncio.Semaphore(self.cfg.concurrency)
         t0 = time.time()
         finished = 0
@@ -239,6 +244,7 @@ class BenchRun:
         async def one(row: Row, k: int, mode: str) -> None:
             nonlocal finished
             async with gate:
+                self.progress.on_sample_start(row.id, mode, k)
                 record = await self._run_sample(row, k, mode)
             self.store.append(record)
             finished += 1
