@@ -154,3 +154,20 @@ def test_the_step_limit_compared_is_the_one_the_samples_ran_with(tmp_path):
         (tmp_path / name / "bench.json").write_text(json.dumps(meta))
     assert read_run(tmp_path / "old").settings["max_steps"] == 30
     assert read_run(tmp_path / "explicit").settings["max_steps"] == 12
+
+
+def test_pooled_repeats_are_numbered_per_item_and_mode():
+    from insandbox.bench.experiment import RunInfo, _renumber_repeats
+
+    def rec(rid, mode, k):
+        return {"id": rid, "mode": mode, "repeat": k}
+
+    both = RunInfo(Path("both"), "m", "chem", 2, {}, [rec("q1", "sandbox", 0), rec("q1", "sandbox", 1),
+                                                       rec("q1", "llm", 0), rec("q1", "llm", 1)])
+    sandbox_only = RunInfo(Path("s"), "m", "chem", 2, {}, [rec("q1", "sandbox", 0), rec("q2", "sandbox", 0)])
+    llm_only = RunInfo(Path("l"), "m", "chem", 2, {}, [rec("q2", "llm", 0)])
+    _renumber_repeats([both, sandbox_only, llm_only])
+    assert [r["repeat"] for r in both.records] == [0, 1, 0, 1]
+    assert [r["repeat"] for r in sandbox_only.records] == [2, 0]  # q1 follows the first run's two repeats
+    assert [r["repeat"] for r in llm_only.records] == [0]  # q2 plain pairs with q2 sandbox of the run before
+    assert [r["run_repeat"] for r in sandbox_only.records] == [0, 0]

@@ -138,7 +138,8 @@ def pool_runs(runs: list[RunInfo]) -> list[list[RunInfo]]:
 
 def _renumber_repeats(members: list[RunInfo]) -> None:
     """Pooled runs may hold the same items: their repeats follow one another (run 1: 0..R1-1, run 2: R1..),
-    per item and mode, so no two samples share a key and sandbox/plain pairs stay within a run."""
+    per item and mode, so no two samples share a key and a run's sandbox and plain samples pair with each other
+    (a sandbox-only run with a plain-only one)."""
     taken: dict[tuple[str, str], int] = {}
     for run in members:
         for rec in run.records:

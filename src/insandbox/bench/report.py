@@ -194,7 +194,8 @@ def runs_markdown(data: dict) -> list[str]:
              "; ".join(f"{k}={show(v)}" for k, v in r["differs"].items()) or "-"] for r in data["runs"]]
     if any(r["pooled"] for r in data["runs"]):
         how = ("Pooled (`--pool`): the runs of one task and model, whose settings are identical, as one; an item's "
-               "repeats in a later run follow those of the earlier runs, so sandbox/plain pairs stay within a run.")
+               "repeats in a later run follow those of the earlier runs, per mode, so a run's sandbox and plain "
+               "samples pair with each other.")
     else:
         how = "Each run is reported on its own (`--pool` pools runs of one task and model with identical settings)."
     parts = ["## Runs", "",
