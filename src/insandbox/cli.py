@@ -349,13 +349,15 @@ def report(
     out: Annotated[Optional[Path], typer.Option(help="Where to write report.md and the figures (default: "
                                                      "<first run>/report).")] = None,
     plots: Annotated[bool, typer.Option(help="Draw the PNG figures.")] = True,
+    pool: Annotated[bool, typer.Option("--pool", help="Pool the runs of the same task and model into one (refused "
+                                                      "when their settings differ).")] = False,
 ) -> None:
     """Accuracy with confidence intervals, sandbox vs plain, capability usage, tokens and time."""
     from .bench.report import rich_tables, write_report
     from .console import make_console
 
     try:
-        out_dir, data = write_report(run_dirs, out, plots=plots)
+        out_dir, data = write_report(run_dirs, out, plots=plots, pool=pool)
     except ValueError as e:
         _fail(str(e))
     console = make_console()

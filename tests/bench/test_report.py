@@ -1,8 +1,12 @@
 """Benchmarks: scorers on the dev sets, each task end to end in both modes, resume, the report."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import pytest
+
+from insandbox.bench.experiment import differing, read_run
 from insandbox.bench.report import write_report
 from tests.helpers import cli
 
@@ -47,3 +51,123 @@ def test_report_numbers_on_a_fixed_results_file(tmp_path):
     r = cli("report", str(REPORT_RUN), "--out", str(tmp_path / "cli"), "--no-plots")
     assert r.returncode == 0 and "75.0%" in r.stdout and (tmp_path / "cli" / "report.md").is_file()
 
+
+
+COMPARE = Path(__file__).parents[1] / "data" / "compare_runs"
+# chem, fixture-model, both modes; only max_steps defines a difference (concurrency, endpoint, key and folders
+# differ too, which do not). steps5: sandbox right on q1, plain on q1, written before both choice verdicts were
+# kept. steps20: sandbox right on q1-q3, plain on q1; the reference extraction would also credit sandbox q4 and
+# plain q2. steps20-again: the same settings as steps20 on q3-q6, sandbox right on q3 q4 q6, plain on q6.
+STEPS5, STEPS20, AGAIN = (COMPARE / n for n in ("chem-steps5", "chem-steps20", "chem-steps20-again"))
+
+
+def test_settings_that_define_an_experiment():
+    s20, again = read_run(STEPS20).settings, read_run(AGAIN).settings
+    assert s20["max_steps"] == 20 and s20["temperature"] == 0.6 and s20["image"] == "insandbox:latest"
+    assert "task.instance_prompt" in s20 and s20["task"] == "chem" and s20["model"] == "fixture-model"
+    for infra in ("concurrency", "base_url", "api_key_set", "output_dir", "retries", "data", "limit", "ids"):
+        assert infra not in s20
+    assert differing([s20, again]) == []
+    assert differing([read_run(STEPS5).settings, s20]) == ["max_steps"]
+
+
+def test_runs_with_different_settings_are_compared_side_by_side(tmp_path):
+    """Point i: two chem runs with different max_steps were pooled into one row; now each is its own."""
+    out, data = write_report([STEPS5, STEPS20], tmp_path / "r")
+    acc = {(a["run"], a["mode"]): a for a in data["accuracy"]}
+    five, twenty = "fixture-model · max_steps=5", "fixture-model · max_steps=20"
+    assert set(acc) == {(five, "sandbox"), (five, "llm"), (twenty, "sandbox"), (twenty, "llm")}
+    assert (acc[(five, "sandbox")]["items"], acc[(five, "sandbox")]["n"], acc[(five, "sandbox")]["accuracy"]) == \
+        (4, 4, 0.25)
+    assert (acc[(twenty, "sandbox")]["n"], acc[(twenty, "sandbox")]["accuracy"]) == (4, 0.75)
+    paired = {p["run"]: p for p in data["paired"]}
+    assert paired[five]["pairs"] == 4 and paired[five]["diff"] == 0.0
+    assert paired[twenty]["pairs"] == 4 and paired[twenty]["diff"] == 0.5
+    runs = {r["run"]: r for r in data["runs"]}
+    assert runs[five]["differs"] == {"max_steps": 5} and runs[twenty]["folders"] == [str(STEPS20)]
+    md = (out / "report.md").read_text()
+    assert "| fixture-model · max_steps=5 | chem | sandbox | 4 | 4 | 25.0% |" in md
+    assert "| fixture-model · max_steps=20 | chem | sandbox | 4 | 4 | 75.0% |" in md
+    assert {t["run"] for t in data["time"]} == {five, twenty}
+    for png in ("accuracy.png", "tokens.png", "time.png"):
+        assert (out / png).stat().st_size > 5000
+
+
+def test_runs_with_identical_settings_are_told_apart_by_folder(tmp_path):
+    out, data = write_report([STEPS20, AGAIN], tmp_path / "r", plots=False)
+    labels = [r["run"] for r in data["runs"]]
+    assert labels == ["fixture-model · chem-steps20", "fixture-model · chem-steps20-again"]
+    assert data["poolable"] == [labels]
+    assert {a["n"] for a in data["accuracy"]} == {4} and len(data["paired"]) == 2
+    assert "`--pool` pools them" in (out / "report.md").read_text()
+
+
+def test_pooling_refuses_runs_whose_settings_differ(tmp_path):
+    with pytest.raises(ValueError, match="settings differ") as err:
+        write_report([STEPS5, STEPS20], tmp_path / "r", plots=False, pool=True)
+    assert "max_steps: chem-steps5=5, chem-steps20=20" in str(err.value)
+    r = cli("report", str(STEPS5), str(STEPS20), "--pool", "--out", str(tmp_path / "cli"), "--no-plots")
+    assert r.returncode == 2 and "max_steps" in r.stderr and not (tmp_path / "cli" / "report.md").exists()
+
+
+def test_pooling_runs_with_identical_settings(tmp_path):
+    out, data = write_report([STEPS20, AGAIN], tmp_path / "r", plots=False, pool=True)
+    label = "fixture-model · 2 runs pooled"
+    acc = {a["mode"]: a for a in data["accuracy"]}
+    assert {a["run"] for a in data["accuracy"]} == {label}
+    # q3 and q4 ran in both runs: two repeats each, so 6 items, 8 samples per mode
+    assert (acc["sandbox"]["items"], acc["sandbox"]["n"], acc["sandbox"]["accuracy"]) == (6, 8, 0.75)
+    assert (acc["llm"]["n"], acc["llm"]["accuracy"]) == (8, 0.25)
+    pair = data["paired"][0]
+    # pairs stay within a run: sandbox only right on q2, q3 (twice), q4 (second run); p = 2 * 0.5^4
+    assert (pair["pairs"], pair["sandbox_only"], pair["plain_only"], pair["p_value"]) == (8, 4, 0, 0.125)
+    tm = {t["mode"]: t for t in data["time"]}
+    assert tm["sandbox"]["samples_per_min"] == 4.0  # 8 samples in 60 s + 60 s, not over the hours between the runs
+    assert data["runs"][0]["pooled"] and data["runs"][0]["folders"] == [str(STEPS20), str(AGAIN)]
+    r = cli("report", str(STEPS20), str(AGAIN), "--pool", "--out", str(tmp_path / "cli"), "--no-plots")
+    assert r.returncode == 0, r.stderr
+    assert f"| {label} | chem | sandbox | 6 | 8 | 75.0% |" in (tmp_path / "cli" / "report.md").read_text()
+
+
+def test_choice_extractions_compared_per_run_and_mode(tmp_path):
+    _, data = write_report([STEPS5, STEPS20], tmp_path / "r", plots=False)
+    rows = {(c["run"], c["mode"]): c for c in data["choice_extractions"]}
+    sb = rows[("fixture-model · max_steps=20", "sandbox")]
+    assert (sb["samples"], sb["differ"], sb["reference_only_right"], sb["strict_only_right"]) == (4, 1, 1, 0)
+    assert (sb["strict_accuracy"], sb["reference_accuracy"]) == (0.75, 1.0)
+    assert rows[("fixture-model · max_steps=20", "llm")]["differ"] == 1
+    old = rows[("fixture-model · max_steps=5", "sandbox")]  # older results: no verdicts, said so
+    assert (old["samples"], old["not_recorded"]) == (0, 4)
+    r = cli("report", str(STEPS20), "--out", str(tmp_path / "cli"), "--no-plots")
+    assert r.returncode == 0 and "judged differently" in (tmp_path / "cli" / "report.md").read_text()
+
+
+def test_the_step_limit_compared_is_the_one_the_samples_ran_with(tmp_path):
+    """A task's own max_steps applies when --max-steps is not given; bench.json recorded the default beside it."""
+    meta = json.loads((STEPS20 / "bench.json").read_text())
+    del meta["max_steps"]  # as written before the effective limit was recorded
+    meta["config"]["run"]["max_steps"] = 100
+    meta["task"]["max_steps"] = 30
+    for name, run_steps in (("old", 100), ("explicit", 12)):
+        meta["config"]["run"]["max_steps"] = run_steps
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "bench.json").write_text(json.dumps(meta))
+    assert read_run(tmp_path / "old").settings["max_steps"] == 30
+    assert read_run(tmp_path / "explicit").settings["max_steps"] == 12
+
+
+def test_pooled_repeats_are_numbered_per_item_and_mode():
+    from insandbox.bench.experiment import RunInfo, _renumber_repeats
+
+    def rec(rid, mode, k):
+        return {"id": rid, "mode": mode, "repeat": k}
+
+    both = RunInfo(Path("both"), "m", "chem", 2, {}, [rec("q1", "sandbox", 0), rec("q1", "sandbox", 1),
+                                                       rec("q1", "llm", 0), rec("q1", "llm", 1)])
+    sandbox_only = RunInfo(Path("s"), "m", "chem", 2, {}, [rec("q1", "sandbox", 0), rec("q2", "sandbox", 0)])
+    llm_only = RunInfo(Path("l"), "m", "chem", 2, {}, [rec("q2", "llm", 0)])
+    _renumber_repeats([both, sandbox_only, llm_only])
+    assert [r["repeat"] for r in both.records] == [0, 1, 0, 1]
+    assert [r["repeat"] for r in sandbox_only.records] == [2, 0]  # q1 follows the first run's two repeats
+    assert [r["repeat"] for r in llm_only.records] == [0]  # q2 plain pairs with q2 sandbox of the run before
+    assert [r["run_repeat"] for r in sandbox_only.records] == [0, 0]

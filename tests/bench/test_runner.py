@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from insandbox.bench.data import Row
 from insandbox.bench.runner import BenchConfig, run_bench
 from insandbox.config import RunConfig
 from tests.bench.rows import TASKS, dev_rows, gold_file, gold_reply, wrong_answer
@@ -61,6 +62,12 @@ def test_each_task_end_to_end_in_both_modes(task, scripted, run_async, tmp_path,
         assert traj["steps"][0]["tool_calls"][0]["output"].startswith(str(len(rows[0].input_files)))
         plain = [r for r in srv.requests if not r["tools"]]
         assert any('<document name="' in r["messages"][-1]["content"] for r in plain)
+    if task in ("chem", "biomed"):  # both extractions' verdicts are in results.jsonl, for the report
+        written = [json.loads(x) for x in (result.run_dir / "results.jsonl").read_text().splitlines()]
+        for rec in written:
+            both = rec["score_detail"]["extractions"]
+            assert both["strict"]["score"] == rec["score"] and both["reference"]["score"] in (0.0, 1.0)
+        assert recs[(rows[0].id, "llm")]["score_detail"]["extractions"]["reference"]["score"] == 1.0
     if task in ("physics", "long_context"):
         assert "offline approximation" in sb["score_method"] and sb["approximate"]
         assert result.summary["tasks"][task]["sandbox"]["approximate"]
@@ -171,3 +178,24 @@ def test_a_dead_model_server_stops_the_run(run_async, tmp_path):
     assert len(lines) == MAX_CONSECUTIVE_INFRA and all(json.loads(x)["error"] for x in lines)
     assert json.loads((tmp_path / "r" / "summary.json").read_text())["errors"] == MAX_CONSECUTIVE_INFRA
 
+
+
+def test_resume_keeps_the_step_limit_of_the_first_session(tmp_path):
+    """bench.json records the step limit the samples ran with; an older one, whose run settings hold the default
+    beside a task's own limit, resumes with the task's limit as the first session did."""
+    from insandbox.bench.runner import BenchRun, load_bench_config
+
+    task = tmp_path / "task.yaml"
+    task.write_text("name: t\nextends: _base\nscorer: exact\nmax_steps: 7\ninstance_prompt: '{problem_statement}'\n")
+    rows = [Row("r1", "q", "a")]
+    first = BenchRun(BenchConfig(task=str(task), run=RunConfig(model="m")), run_dir=tmp_path / "run")
+    first.run_dir.mkdir()
+    first._save_config(rows)
+    meta = json.loads((first.run_dir / "bench.json").read_text())
+    assert meta["max_steps"] == 7
+    assert BenchRun(load_bench_config(first.run_dir), run_dir=first.run_dir).max_steps == 7
+    del meta["max_steps"]  # an older bench.json
+    (first.run_dir / "bench.json").write_text(json.dumps(meta))
+    assert BenchRun(load_bench_config(first.run_dir), run_dir=first.run_dir).max_steps == 7
+    explicit = BenchRun(BenchConfig(task=str(task), run=RunConfig(model="m", max_steps=3)), run_dir=tmp_path / "x")
+    assert explicit.max_steps == 3

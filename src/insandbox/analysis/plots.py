@@ -16,9 +16,14 @@ def _plt():
     return plt
 
 
+def _run(row: dict) -> str:
+    return row.get("run") or row["model"]  # "run": the label of a compared run (report.json before it: the model)
+
+
 def _labels(rows: list[dict]) -> list[str]:
-    models = {r["model"] for r in rows}
-    return [f"{r['task']}" if len(models) == 1 else f"{r['task']}\n{r['model']}" for r in rows]
+    runs = {_run(r) for r in rows}
+    # one setting a line, so long labels stay readable under the bars
+    return [r["task"] if len(runs) == 1 else r["task"] + "\n" + _run(r).replace(" · ", "\n") for r in rows]
 
 
 def _finish(fig, ax, labels: list[str], ylabel: str, title: str, path: Path, top: float = None) -> Path:
@@ -38,14 +43,14 @@ def _finish(fig, ax, labels: list[str], ylabel: str, title: str, path: Path, top
 
 def accuracy_figure(data: dict, out: Path) -> Path:
     plt = _plt()
-    keys = sorted({(a["model"], a["task"]) for a in data["accuracy"]})
+    keys = list(dict.fromkeys((_run(a), a["task"]) for a in data["accuracy"]))  # in the report's order
     modes = sorted({a["mode"] for a in data["accuracy"]}, key=lambda m: m != "sandbox")
     fig, ax = plt.subplots(figsize=(max(5, 1.6 * len(keys) * len(modes)), 4))
     width = 0.8 / len(modes)
     for j, mode in enumerate(modes):
         xs, ys, err = [], [], [[], []]
         for i, key in enumerate(keys):
-            a = next((a for a in data["accuracy"] if (a["model"], a["task"]) == key and a["mode"] == mode), None)
+            a = next((a for a in data["accuracy"] if (_run(a), a["task"]) == key and a["mode"] == mode), None)
             if not a or a["accuracy"] is None:
                 continue
             xs.append(i + (j - (len(modes) - 1) / 2) * width)
@@ -54,7 +59,7 @@ def accuracy_figure(data: dict, out: Path) -> Path:
             err[0].append(100 * (a["accuracy"] - lo))
             err[1].append(100 * (hi - a["accuracy"]))
         ax.bar(xs, ys, width, yerr=err, capsize=3, label=mode, color=MODE_COLORS.get(mode))
-    return _finish(fig, ax, _labels([{"model": m, "task": t} for m, t in keys]), "accuracy (%)",
+    return _finish(fig, ax, _labels([{"run": r, "task": t} for r, t in keys]), "accuracy (%)",
                    "Accuracy with 95% intervals", out / "accuracy.png", top=105)
 
 

@@ -1,12 +1,28 @@
-"""The benchmark's progress bar: done/total, accuracy so far, errors, tokens, ETA."""
+"""The benchmark's progress bar: done/total, accuracy so far, errors, tokens, ETA.
+
+The ETA comes from the durations of this session's samples (eta.py), not from rich's recent
+speed, which counts samples done by an earlier session and jumps with each finish."""
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Optional
 
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn
+from rich.text import Text
+
+from .eta import SessionEta, format_eta
+
+
+class EtaColumn(ProgressColumn):
+    def __init__(self, eta: SessionEta):
+        super().__init__()
+        self.eta = eta
+
+    def render(self, task) -> Text:
+        return Text(format_eta(self.eta.estimate(time.monotonic())), style="progress.remaining")
 
 
 class RichBenchProgress:
@@ -15,6 +31,7 @@ class RichBenchProgress:
         self.label = label
         self.progress: Optional[Progress] = None
         self.bar = None
+        self.eta: Optional[SessionEta] = None
         self.scores: dict[str, list[float]] = {}
         self.tokens = 0
         self.errors = 0
@@ -25,18 +42,24 @@ class RichBenchProgress:
     def on_progress(self, text: str) -> None:
         pass  # image build lines: the bar is not up yet; on_status says what happens
 
-    def on_start(self, total: int, already_done: int, run_dir: Path) -> None:
+    def on_start(self, total: int, already_done: int, run_dir: Path, concurrency: int) -> None:
         self.console.print(f"run folder: {escape(str(run_dir))}" +
                            (f" ({already_done} of {total} samples already done)" if already_done else ""))
+        self.eta = SessionEta(todo=total - already_done, concurrency=concurrency)
         self.progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                                  TextColumn("{task.fields[acc]}"), TextColumn("{task.fields[tok]}"),
-                                 TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
-                                 console=self.console, transient=False)
+                                 TimeElapsedColumn(), EtaColumn(self.eta), console=self.console, transient=False)
         self.progress.start()
         self.bar = self.progress.add_task(self.label or "bench", total=total, completed=already_done,
                                           acc="", tok="")
 
+    def on_sample_start(self, row_id: str, mode: str, repeat: int) -> None:
+        if self.eta is not None:
+            self.eta.start((row_id, mode, repeat), time.monotonic())
+
     def on_sample(self, record: dict) -> None:
+        if self.eta is not None:
+            self.eta.finish((record["id"], record["mode"], record["repeat"]), time.monotonic())
         if record.get("error"):
             self.errors += 1
         elif record.get("score") is not None:

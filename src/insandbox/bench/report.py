@@ -1,10 +1,14 @@
 """`insandbox report RUN_DIR [RUN_DIR ...]`: what the benchmark runs say, as tables and plots.
 
-For every (model, task, mode): accuracy with a 95% interval; sandbox minus plain on the
-same items with McNemar's test; how often the model used external resources, file
-management and computation (sandbox turns); tokens per sample split into initial
-prompt, completion and environment (tool output), and the sandbox/plain token ratio;
-model versus tool time and samples per minute. Written as report.md with PNG figures.
+Runs are compared side by side, never pooled unless asked (`pool=True`, `--pool`: runs of the
+same task and model with identical settings; see experiment.py). Each compared run (or pooled
+group) has a label: its model and the settings that tell it apart. For every run x task x
+mode: accuracy with a 95% interval; sandbox minus plain on the same items of the same run with
+McNemar's test; for choice tasks, how many samples the strict and the reference extraction
+judge differently; how often the model used external resources, file management and
+computation (sandbox turns); tokens per sample split into initial prompt, completion and
+environment (tool output), and the sandbox/plain token ratio; model versus tool time and
+samples per minute. Written as report.md and report.json with PNG figures.
 """
 from __future__ import annotations
 
@@ -16,14 +20,14 @@ from typing import Optional
 
 from ..analysis.capability import CAPABILITIES, usage
 from . import stats
-from .runner import BENCH_FILE
-from .store import ResultStore, latest
+from .experiment import Unit, same_settings, show, units_of
 
 
 @dataclass
 class Group:
-    """The samples of one model x task x mode, across the given runs."""
+    """The samples of one compared run (or pooled group) x task x mode."""
 
+    run: str  # the label of the run, or of the pooled group
     model: str
     task: str
     mode: str
@@ -32,28 +36,28 @@ class Group:
     runs: list[Path] = field(default_factory=list)
 
 
-def load_runs(run_dirs: list[Path]) -> dict[tuple[str, str, str], Group]:
-    groups: dict[tuple[str, str, str], Group] = {}
-    for run_dir in run_dirs:
-        run_dir = Path(run_dir)
-        meta_path = run_dir / BENCH_FILE
-        if not meta_path.is_file():
-            raise ValueError(f"{run_dir} is not a benchmark run folder (no {BENCH_FILE})")
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
-        summary_path = run_dir / "summary.json"
-        model = None
-        if summary_path.is_file():
-            model = json.loads(summary_path.read_text(encoding="utf-8")).get("model")
-        model = model or meta["config"]["run"].get("model") or "embedded"
-        for rec in latest(ResultStore(run_dir).load()):
-            g = groups.setdefault((model, rec["task"], rec["mode"]), Group(model, rec["task"], rec["mode"]))
-            if run_dir not in g.runs:
-                g.runs.append(run_dir)
-            g.records.append(rec)
-            path = run_dir / rec.get("trajectory", "")
-            if rec["mode"] == "sandbox" and path.is_file():
-                g.trajectories.append(json.loads(path.read_text(encoding="utf-8")))
-    return groups
+Key = tuple[str, str, str]  # (run label, task, mode)
+
+
+def load_units(run_dirs: list[Path], pool: bool = False) -> tuple[list[Unit], dict[Key, Group]]:
+    units = units_of([Path(d) for d in run_dirs], pool)
+    groups: dict[Key, Group] = {}
+    for unit in units:
+        for run in unit.runs:
+            for rec in run.records:
+                key = (unit.label, rec["task"], rec["mode"])
+                g = groups.setdefault(key, Group(unit.label, unit.model, rec["task"], rec["mode"]))
+                if run.path not in g.runs:
+                    g.runs.append(run.path)
+                g.records.append(rec)
+                path = run.path / rec.get("trajectory", "")
+                if rec["mode"] == "sandbox" and path.is_file():
+                    g.trajectories.append(json.loads(path.read_text(encoding="utf-8")))
+    return units, groups
+
+
+def load_runs(run_dirs: list[Path], pool: bool = False) -> dict[Key, Group]:
+    return load_units(run_dirs, pool)[1]
 
 
 def _mean(values: list[float]) -> float:
@@ -72,38 +76,74 @@ def token_row(g: Group) -> dict:
 def time_row(g: Group) -> dict:
     ok = [r for r in g.records if not r.get("error")]
     wall = sum(r.get("wall_time_s") or 0 for r in ok)
-    span = (max(r["finished_at"] for r in g.records) - min(r["started_at"] for r in g.records)) if g.records else 0
+    span = 0.0  # summed over the runs of a pooled group: the time between runs is no benchmark time
+    for run in {r.get("run") for r in g.records}:
+        mine = [r for r in g.records if r.get("run") == run]
+        span += max(r["finished_at"] for r in mine) - min(r["started_at"] for r in mine)
     return {"samples": len(ok), "model_share": sum(r.get("model_time_s") or 0 for r in ok) / wall if wall else math.nan,
             "tool_share": sum(r.get("tool_time_s") or 0 for r in ok) / wall if wall else math.nan,
             "wall_per_sample_s": _mean([r.get("wall_time_s") or 0 for r in ok]),
             "samples_per_min": len(g.records) / span * 60 if span > 0 else math.nan}
 
 
-def analyse(groups: dict[tuple[str, str, str], Group]) -> dict:
+def choice_row(g: Group) -> Optional[dict]:
+    """For a choice task: how the strict and the reference extraction judge the same samples."""
+    both = [r["score_detail"]["extractions"] for r in g.records
+            if not r.get("error") and isinstance(r.get("score_detail"), dict) and "extractions" in r["score_detail"]]
+    if not both and not any(str(r.get("score_method", "")).startswith("choice letter") for r in g.records):
+        return None
+    strict = [e["strict"]["score"] for e in both]
+    ref = [e["reference"]["score"] for e in both]
+    return {"samples": len(both),
+            "not_recorded": sum(1 for r in g.records if not r.get("error")) - len(both),
+            "differ": sum(1 for a, b in zip(strict, ref) if a != b),
+            "strict_only_right": sum(1 for a, b in zip(strict, ref) if a > b),
+            "reference_only_right": sum(1 for a, b in zip(strict, ref) if b > a),
+            "strict_accuracy": _mean(strict), "reference_accuracy": _mean(ref)}
+
+
+def runs_section(units: list[Unit]) -> list[dict]:
+    return [{"run": u.label, "model": u.model, "task": u.task, "folders": [str(r.path) for r in u.runs],
+             "pooled": len(u.runs) > 1, "differs": u.differs, "settings": u.settings} for u in units]
+
+
+def analyse(groups: dict[Key, Group], units: Optional[list[Unit]] = None) -> dict:
     """Every number of the report, as data (report.json)."""
-    out: dict = {"accuracy": [], "paired": [], "capabilities": [], "tokens": [], "token_ratio": [], "time": []}
-    for (model, task, mode), g in sorted(groups.items()):
+    out: dict = {"runs": runs_section(units or []), "accuracy": [], "paired": [], "choice_extractions": [],
+                 "capabilities": [], "tokens": [], "token_ratio": [], "time": []}
+    order = {u.label: i for i, u in enumerate(units or [])}  # runs in the order given
+
+    def ordered(items):
+        return sorted(items, key=lambda kv: (order.get(kv[0][0], len(order)), kv[0]))
+
+    for (run, task, mode), g in ordered(groups.items()):
+        who = {"run": run, "model": g.model, "task": task}
         acc = stats.accuracy(g.records)
         methods = sorted({r.get("score_method") for r in g.records if r.get("score_method")})
-        out["accuracy"].append({"model": model, "task": task, "mode": mode, **acc, "score_method": "; ".join(methods),
+        out["accuracy"].append({**who, "mode": mode, **acc, "score_method": "; ".join(methods),
                                 "approximate": any(r.get("approximate") for r in g.records)})
-        out["tokens"].append({"model": model, "task": task, "mode": mode, **token_row(g)})
-        out["time"].append({"model": model, "task": task, "mode": mode, **time_row(g)})
+        choice = choice_row(g)
+        if choice is not None:
+            out["choice_extractions"].append({**who, "mode": mode, **choice})
+        out["tokens"].append({**who, "mode": mode, **token_row(g)})
+        out["time"].append({**who, "mode": mode, **time_row(g)})
         if mode == "sandbox":
-            out["capabilities"].append({"model": model, "task": task, **usage(g.trajectories)})
-    for (model, task, mode), g in sorted(groups.items()):
-        plain = groups.get((model, task, "llm"))
+            out["capabilities"].append({**who, **usage(g.trajectories)})
+    for (run, task, mode), g in ordered(groups.items()):
+        plain = groups.get((run, task, "llm"))  # the same run (or pooled group) only
         if mode != "sandbox" or plain is None:
             continue
+        who = {"run": run, "model": g.model, "task": task}
         pair = stats.paired(g.records, plain.records)
         if pair:
-            out["paired"].append({"model": model, "task": task, **pair})
+            out["paired"].append({**who, **pair})
         s, p = token_row(g), token_row(plain)
-        out["token_ratio"].append({"model": model, "task": task,
+        out["token_ratio"].append({**who,
                                    "trajectory_ratio": s["trajectory_tokens"] / p["trajectory_tokens"]
                                    if p["trajectory_tokens"] else math.nan,
                                    "billed_ratio": s["billed_tokens"] / p["billed_tokens"]
                                    if p["billed_tokens"] else math.nan})
+    out["poolable"] = [[u.label for u in same] for same in same_settings(units or [])]
     return out
 
 
@@ -127,62 +167,101 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
 
 
 def accuracy_rows(data: dict) -> list[list[str]]:
-    return [[a["model"], a["task"], a["mode"], str(a["items"]), str(a["n"]),
+    return [[a["run"], a["task"], a["mode"], str(a["items"]), str(a["n"]),
              _pct(a["accuracy"]) + (" (approx.)" if a["approximate"] else ""),
              f"{_pct(a['ci95'][0])} - {_pct(a['ci95'][1])}" if a["ci95"] else "-",
              str(a["errors"]), str(a["unscored"]), a["score_method"]] for a in data["accuracy"]]
 
 
-ACC_HEADER = ["model", "task", "mode", "items", "samples", "accuracy", "95% CI", "errors", "unscored", "scoring"]
+ACC_HEADER = ["run", "task", "mode", "items", "samples", "accuracy", "95% CI", "errors", "unscored", "scoring"]
+CHOICE_HEADER = ["run", "task", "mode", "samples", "judged differently", "strict", "reference", "strict only right",
+                 "reference only right"]
+
+
+def choice_rows(data: dict) -> list[list[str]]:
+    return [[c["run"], c["task"], c["mode"], str(c["samples"]),
+             str(c["differ"]) if c["samples"] else "not recorded", _pct(c["strict_accuracy"]),
+             _pct(c["reference_accuracy"]), str(c["strict_only_right"]), str(c["reference_only_right"])]
+            for c in data["choice_extractions"]]
+
+
+def _ci(lo: float, hi: float) -> str:
+    return f"{100 * lo:+.1f} .. {100 * hi:+.1f}" if not math.isnan(lo) else "-"
+
+
+def runs_markdown(data: dict) -> list[str]:
+    rows = [[r["run"], r["task"], ", ".join(f"`{Path(f).name}`" for f in r["folders"]),
+             "; ".join(f"{k}={show(v)}" for k, v in r["differs"].items()) or "-"] for r in data["runs"]]
+    if any(r["pooled"] for r in data["runs"]):
+        how = ("Pooled (`--pool`): the runs of one task and model, whose settings are identical, as one; an item's "
+               "repeats in a later run follow those of the earlier runs, per mode, so a run's sandbox and plain "
+               "samples pair with each other.")
+    else:
+        how = "Each run is reported on its own (`--pool` pools runs of one task and model with identical settings)."
+    parts = ["## Runs", "",
+             how + " A run is labelled by its model and the settings that differ from the other runs of its task; "
+             "long values (prompts) by a digest. Settings in full: report.json, `runs`.", "",
+             _table(["run", "task", "folders", "differs in"], rows), ""]
+    for labels in data.get("poolable", []):
+        parts += ["Same settings, reported apart: " + ", ".join(f"`{x}`" for x in labels) + " (`--pool` pools them).",
+                  ""]
+    return parts
 
 
 def markdown(data: dict, run_dirs: list[Path], figures: list[str]) -> str:
     parts = ["# Benchmark report", "",
-             "Runs: " + ", ".join(f"`{d}`" for d in run_dirs), "",
-             "## Accuracy", "",
-             "Intervals: Wilson for one binary sample per item, else a t-interval over item means (repeats of an "
-             "item are not independent). Errors are infrastructure failures (model server, sandbox), not counted "
-             "as wrong; unscored samples are answers that could not be checked. \"approx.\" marks an offline "
-             "approximation of the paper's LLM judge.", "",
-             _table(ACC_HEADER, accuracy_rows(data)), ""]
+             "Runs: " + ", ".join(f"`{d}`" for d in run_dirs), ""]
+    if len(data["runs"]) > 1 or any(r["pooled"] for r in data["runs"]):
+        parts += runs_markdown(data)
+    parts += ["## Accuracy", "",
+              "Intervals: Wilson for one binary sample per item, else a t-interval over item means (repeats of an "
+              "item are not independent). Errors are infrastructure failures (model server, sandbox), not counted "
+              "as wrong; unscored samples are answers that could not be checked. \"approx.\" marks an offline "
+              "approximation of the paper's LLM judge.", "",
+              _table(ACC_HEADER, accuracy_rows(data)), ""]
     if data["paired"]:
-        parts += ["## Sandbox mode against plain mode (same items, same repeats)", "",
+        parts += ["## Sandbox mode against plain mode (same run, same items, same repeats)", "",
                   "diff = sandbox - plain; CI is a t-interval over items. McNemar's exact test on the discordant "
                   "pairs (sandbox right and plain wrong, or the reverse).", "",
-                  _table(["model", "task", "pairs", "sandbox", "plain", "diff", "95% CI", "sandbox only right",
+                  _table(["run", "task", "pairs", "sandbox", "plain", "diff", "95% CI", "sandbox only right",
                           "plain only right", "test", "p"],
-                         [[p["model"], p["task"], str(p["pairs"]), _pct(p["sandbox"]), _pct(p["plain"]),
-                           f"{100 * p['diff']:+.1f} pt",
-                           f"{100 * p['diff_ci95'][0]:+.1f} .. {100 * p['diff_ci95'][1]:+.1f}"
-                           if not math.isnan(p["diff_ci95"][0]) else "-",
+                         [[p["run"], p["task"], str(p["pairs"]), _pct(p["sandbox"]), _pct(p["plain"]),
+                           f"{100 * p['diff']:+.1f} pt", _ci(*p["diff_ci95"]),
                            str(p.get("sandbox_only", "-")), str(p.get("plain_only", "-")), p["test"] or "-",
                            _p(p["p_value"])] for p in data["paired"]]), ""]
+    if data["choice_extractions"]:
+        parts += ["## Choice letters: strict against reference extraction", "",
+                  "The same answers read by the strict extraction (`choice`: only the row's options, no letter glued "
+                  "to other text, several letters are no answer) and by the reference implementation's lenient one "
+                  "(`choice-reference`, as in the paper). \"not recorded\": results written before both verdicts "
+                  "were kept.", "",
+                  _table(CHOICE_HEADER, choice_rows(data)), ""]
     if data["capabilities"]:
         parts += ["## Capability usage (sandbox mode)", "",
                   "Share of turns that used each capability, by pattern rules on the commands run and the code "
                   "written (see insandbox/analysis/capability.py).", "",
-                  _table(["model", "task", "runs", "turns", "avg turns", "external resources", "file management",
+                  _table(["run", "task", "runs", "turns", "avg turns", "external resources", "file management",
                           "computation"],
-                         [[c["model"], c["task"], str(c["runs"]), str(c["turns"]), _num(c["avg_turns"], 1),
+                         [[c["run"], c["task"], str(c["runs"]), str(c["turns"]), _num(c["avg_turns"], 1),
                            *[_pct(c[f"{k}_rate"]) for k in CAPABILITIES]] for c in data["capabilities"]]), ""]
     parts += ["## Tokens per sample", "",
               "Initial prompt (system, task, tool schemas), completion (all generated tokens) and environment (tool "
               "output the model read, measured as the growth of the prompt between calls). Trajectory = their sum "
               "(the final conversation); billed = prompt + completion summed over calls.", "",
-              _table(["model", "task", "mode", "initial prompt", "completion", "environment", "env share",
+              _table(["run", "task", "mode", "initial prompt", "completion", "environment", "env share",
                       "trajectory", "billed"],
-                     [[t["model"], t["task"], t["mode"], _num(t["initial_prompt_tokens"]), _num(t["completion_tokens"]),
+                     [[t["run"], t["task"], t["mode"], _num(t["initial_prompt_tokens"]), _num(t["completion_tokens"]),
                        _num(t["env_tokens"]), _pct(t["env_share"]), _num(t["trajectory_tokens"]),
                        _num(t["billed_tokens"]) + (" (est.)" if t["estimated"] else "")] for t in data["tokens"]]), ""]
     if data["token_ratio"]:
         parts += ["Sandbox / plain tokens per sample:", "",
-                  _table(["model", "task", "trajectory ratio", "billed ratio"],
-                         [[r["model"], r["task"], _num(r["trajectory_ratio"], 2) + "x",
+                  _table(["run", "task", "trajectory ratio", "billed ratio"],
+                         [[r["run"], r["task"], _num(r["trajectory_ratio"], 2) + "x",
                            _num(r["billed_ratio"], 2) + "x"]
                           for r in data["token_ratio"]]), ""]
     parts += ["## Time", "",
-              _table(["model", "task", "mode", "samples", "model time", "tool time", "wall / sample", "samples / min"],
-                     [[t["model"], t["task"], t["mode"], str(t["samples"]), _pct(t["model_share"]),
+              _table(["run", "task", "mode", "samples", "model time", "tool time", "wall / sample", "samples / min"],
+                     [[t["run"], t["task"], t["mode"], str(t["samples"]), _pct(t["model_share"]),
                        _pct(t["tool_share"]), _num(t["wall_per_sample_s"], 1) + " s", _num(t["samples_per_min"], 1)]
                       for t in data["time"]]), ""]
     if figures:
@@ -190,12 +269,15 @@ def markdown(data: dict, run_dirs: list[Path], figures: list[str]) -> str:
     return "\n".join(parts)
 
 
-def write_report(run_dirs: list[Path], out_dir: Optional[Path] = None, plots: bool = True) -> tuple[Path, dict]:
+def write_report(run_dirs: list[Path], out_dir: Optional[Path] = None, plots: bool = True,
+                 pool: bool = False) -> tuple[Path, dict]:
+    """report.md, report.json and figures for these runs, compared side by side (`pool`: runs of one task and
+    model with identical settings pooled; a ValueError when their settings differ)."""
     run_dirs = [Path(d) for d in run_dirs]
-    groups = load_runs(run_dirs)
+    units, groups = load_units(run_dirs, pool)
     if not groups:
         raise ValueError("no finished samples in these runs")
-    data = analyse(groups)
+    data = analyse(groups, units)
     out = Path(out_dir) if out_dir else run_dirs[0] / "report"
     out.mkdir(parents=True, exist_ok=True)
     figures = []
@@ -209,7 +291,7 @@ def write_report(run_dirs: list[Path], out_dir: Optional[Path] = None, plots: bo
 
 
 def rich_tables(data: dict):
-    """The accuracy and paired tables for the terminal."""
+    """The accuracy, paired and choice-extraction tables for the terminal."""
     from rich.table import Table
 
     acc = Table(title="accuracy")
@@ -219,12 +301,18 @@ def rich_tables(data: dict):
         acc.add_row(*row[:-1])
     tables = [acc]
     if data["paired"]:
-        pt = Table(title="sandbox - plain (paired)")
-        for h in ("model", "task", "pairs", "diff", "95% CI", "test", "p"):
+        pt = Table(title="sandbox - plain (paired, within a run)")
+        for h in ("run", "task", "pairs", "diff", "95% CI", "test", "p"):
             pt.add_column(h)
         for p in data["paired"]:
-            pt.add_row(p["model"], p["task"], str(p["pairs"]), f"{100 * p['diff']:+.1f} pt",
-                       f"{100 * p['diff_ci95'][0]:+.1f} .. {100 * p['diff_ci95'][1]:+.1f}"
-                       if not math.isnan(p["diff_ci95"][0]) else "-", p["test"] or "-", _p(p["p_value"]))
+            pt.add_row(p["run"], p["task"], str(p["pairs"]), f"{100 * p['diff']:+.1f} pt", _ci(*p["diff_ci95"]),
+                       p["test"] or "-", _p(p["p_value"]))
         tables.append(pt)
+    if data["choice_extractions"]:
+        ct = Table(title="choice letters: strict vs reference extraction")
+        for h in CHOICE_HEADER:
+            ct.add_column(h)
+        for row in choice_rows(data):
+            ct.add_row(*row)
+        tables.append(ct)
     return tables

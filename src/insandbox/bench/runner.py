@@ -76,7 +76,9 @@ class BenchProgress(Protocol):
 
     def on_progress(self, text: str) -> None: ...  # transient lines, e.g. of a first-use image build
 
-    def on_start(self, total: int, already_done: int, run_dir: Path) -> None: ...
+    def on_start(self, total: int, already_done: int, run_dir: Path, concurrency: int) -> None: ...
+
+    def on_sample_start(self, row_id: str, mode: str, repeat: int) -> None: ...  # it got a slot and runs now
 
     def on_sample(self, record: dict) -> None: ...
 
@@ -88,7 +90,10 @@ class _Quiet:
     def on_progress(self, text: str) -> None:
         pass
 
-    def on_start(self, total: int, already_done: int, run_dir: Path) -> None:
+    def on_start(self, total: int, already_done: int, run_dir: Path, concurrency: int) -> None:
+        pass
+
+    def on_sample_start(self, row_id: str, mode: str, repeat: int) -> None:
         pass
 
     def on_sample(self, record: dict) -> None:
@@ -115,9 +120,14 @@ def load_bench_config(run_dir: Path) -> BenchConfig:
     path = Path(run_dir) / BENCH_FILE
     if not path.is_file():
         raise ConfigError(f"{run_dir} is not a benchmark run folder (no {BENCH_FILE})")
-    saved = json.loads(path.read_text(encoding="utf-8"))["config"]
+    meta = json.loads(path.read_text(encoding="utf-8"))
+    saved = meta["config"]
     run = saved.pop("run")
     run.pop("api_key_set", None)
+    if meta.get("max_steps") is not None:  # the step limit the samples ran with (the task's, or --max-steps)
+        run["max_steps"] = meta["max_steps"]
+    elif run.get("max_steps") == RunConfig.model_fields["max_steps"].default:
+        run.pop("max_steps")  # older runs: a default here left the task's own limit in force; keep it so
     return BenchConfig(**saved, run=RunConfig(**run))
 
 
@@ -133,6 +143,8 @@ class BenchRun:
         self.store = ResultStore(self.run_dir)
         self.modes = ["sandbox", "llm"] if cfg.mode == "both" else [cfg.mode]
         self.repeats = cfg.repeats or self.task.repeats
+        explicit = "max_steps" in cfg.run.model_fields_set
+        self.max_steps = cfg.run.max_steps if explicit or not self.task.max_steps else self.task.max_steps
         self.client: Optional[ModelClient] = None
         self.judge: Optional[OpenAIChatClient] = None
         self.scorer: Optional[Scorer] = None
@@ -148,6 +160,7 @@ class BenchRun:
             return
         path.write_text(json.dumps({"config": self.cfg.public(), "task": self.task.model_dump(),
                                     "row_ids": [r.id for r in rows], "modes": self.modes, "repeats": self.repeats,
+                                    "max_steps": self.max_steps,
                                     "created_at": now_iso()}, indent=1, ensure_ascii=False), encoding="utf-8")
 
     async def _open_clients(self) -> None:
@@ -174,9 +187,7 @@ class BenchRun:
     async def _run_sample(self, row: Row, repeat: int, mode: str) -> dict:
         rel = Path("samples") / mode / safe_name(row.id) / f"r{repeat}"
         run = self.cfg.run
-        overrides = {"mode": mode, "output_dir": self.run_dir / rel}
-        if self.task.max_steps and "max_steps" not in run.model_fields_set:
-            overrides["max_steps"] = self.task.max_steps
+        overrides = {"mode": mode, "output_dir": self.run_dir / rel, "max_steps": self.max_steps}
         started, attempts, result, crash = time.time(), 0, None, None
         while True:
             attempts += 1
@@ -229,7 +240,7 @@ class BenchRun:
         if "sandbox" in self.modes and todo:
             await prepare_sandbox(self.cfg.run, self.progress)
         await self._open_clients()
-        self.progress.on_start(total, total - len(todo), self.run_dir)
+        self.progress.on_start(total, total - len(todo), self.run_dir, self.cfg.concurrency)
         gate = asyncio.Semaphore(self.cfg.concurrency)
         t0 = time.time()
         finished = 0
@@ -237,6 +248,7 @@ class BenchRun:
         async def one(row: Row, k: int, mode: str) -> None:
             nonlocal finished
             async with gate:
+                self.progress.on_sample_start(row.id, mode, k)
                 record = await self._run_sample(row, k, mode)
             self.store.append(record)
             finished += 1

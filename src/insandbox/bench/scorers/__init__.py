@@ -10,7 +10,7 @@ from ...models.base import ModelClient
 from ..data import Row
 from .base import Scorer, ScoreResult, last_boxed, strip_thinking
 
-BUILTIN = ("math", "choice", "ifbench", "judge", "exact", "rouge")
+BUILTIN = ("math", "choice", "choice-reference", "ifbench", "judge", "exact", "rouge")
 
 
 class Approximation:
@@ -57,6 +57,9 @@ def _builtin(name: str) -> Scorer:
     if name == "choice":
         from .choice import Choice
         return Choice()
+    if name == "choice-reference":
+        from .choice_reference import ChoiceReference
+        return ChoiceReference()
     if name == "ifbench":
         from .ifbench import IFBench
         return IFBench()
