@@ -80,6 +80,16 @@ async def main(rounds: int, image: str) -> None:
         with tempfile.TemporaryDirectory() as tmp:
             rows.append(("copy_out of 100 files", 5,
                          await timed(5, lambda: sb.copy_out("/testbed/output", Path(tmp)))))
+        await sb.run("rm -rf /testbed/output/d && mkdir -p /testbed/output/d && cd /testbed/output/d && "
+                     "for i in $(seq 1000); do echo $i > $i.txt; done")
+        with tempfile.TemporaryDirectory() as tmp:
+            rows.append(("copy_out of 1,000 files", 5,
+                         await timed(5, lambda: sb.copy_out("/testbed/output", Path(tmp)))))
+        await sb.run("rm -rf /testbed/output/d && truncate -s 2G /testbed/output/sparse.bin && "
+                     "echo hi > /testbed/output/normal.txt")
+        with tempfile.TemporaryDirectory() as tmp:
+            rows.append(("copy_out: normal.txt beside a 2 GB sparse file (skipped)", 5,
+                         await timed(5, lambda: sb.copy_out("/testbed/output", Path(tmp)))))
     finally:
         await sb.close()
 

@@ -12,6 +12,15 @@ from insandbox.models.scripted_server import ScriptedServer
 from insandbox.sandbox import SandboxSpec, create_sandbox
 
 IMAGE = os.environ.get("INSANDBOX_TEST_IMAGE", "insandbox:latest")
+DOCKER_FIXTURES = {"docker_image", "sandbox_factory"}
+
+
+def pytest_collection_modifyitems(items):
+    """Tests that use the engine through a fixture are marked `docker`: `-m "not docker and not
+    shared_data"` then selects the tests that need neither (tests/test_layout.py proves they do)."""
+    for item in items:
+        if DOCKER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.docker)
 
 
 @pytest.fixture(scope="session")

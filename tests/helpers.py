@@ -15,7 +15,10 @@ REPO = Path(__file__).resolve().parents[1]
 @functools.lru_cache(maxsize=1)
 def shared_data() -> Path:
     """The development data sets (../shared/data beside the checkout); never shipped with the product.
-    A test that needs them fails (never skips) when they are missing."""
+    A test that needs them fails (never skips) when they are missing. INSANDBOX_SHARED_DATA set to
+    an empty value means "there are none" (to prove the pure tests do without)."""
+    if os.environ.get("INSANDBOX_SHARED_DATA") == "":
+        raise RuntimeError("development data switched off (INSANDBOX_SHARED_DATA is empty)")
     for cand in (os.environ.get("INSANDBOX_SHARED_DATA"), REPO.parent / "shared" / "data", Path("/work/shared/data")):
         if cand and (Path(cand) / "bench").is_dir():
             # IFBench's checks tokenize with NLTK; offline, point NLTK at the copies of its data

@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 from insandbox import Trajectory, arun
-from insandbox.env import EnvConfig, SandboxEnv, Task
-from insandbox.tools import ToolCall
 from tests.helpers import containers_with_label, owner_of
 
 
@@ -130,25 +128,6 @@ def test_llm_mode_is_one_plain_completion(scripted, run_async, tmp_path):
     assert (tmp_path / "answer.txt").read_text() == "The answer is 42."
 
 
-def test_environment_api_without_the_loop(run_async, docker_image):
-    """What an RL trainer does: reset, step with its own tool calls, read the answer, close."""
-    async def body():
-        env = SandboxEnv(EnvConfig(image=docker_image, max_steps=3))
-        messages = await env.reset(Task("Write 5 to the answer file.", input_files={"in.txt": "5"}))
-        assert [m["role"] for m in messages] == ["system", "user"]
-        assert [s["function"]["name"] for s in env.tool_schemas] == ["execute_bash", "str_replace_editor", "submit"]
-        copy = '{"command": "cp /testbed/input/in.txt /testbed/answer.txt"}'
-        r = await env.step([ToolCall("a", "execute_bash", copy)])
-        assert not r.done and r.messages[0]["tool_call_id"] == "a" and env.steps_left == 2
-        r = await env.step([])
-        assert r.nudged and r.messages[0]["role"] == "user"
-        r = await env.step([ToolCall("b", "submit", "{}")])
-        assert r.done and r.submitted
-        assert await env.read_answer() == "5"
-        await env.close()
-    run_async(body())
-
-
 def test_container_dying_mid_run_loses_nothing(scripted, run_async, tmp_path, docker_image):
     """The engine kills the container between two steps: the run ends with sandbox_error, and
     what the model had written (output files, answer) is still copied from the stopped container."""
@@ -173,3 +152,96 @@ def test_container_dying_mid_run_loses_nothing(scripted, run_async, tmp_path, do
     assert t.exit_reason == "sandbox_error" and "gone" in t.exit_detail, t.exit_detail
     assert result.files == ["part.txt"] and (tmp_path / "files/part.txt").read_text() == "partial\n"
     assert result.answer == "1\n" and _no_containers_left(t)
+
+
+def test_abusive_calls_are_tool_errors_and_the_run_goes_on(scripted, run_async, tmp_path, docker_image):
+    """Regressions: a FIFO viewed with the editor blocked the server 30 s and ended the run as
+    sandbox_error; a lone surrogate in the arguments ended it with 0 steps; a FIFO answer.txt stalled
+    collection; a dangling answer.txt symlink meant no answer and no files; a 2 GB sparse file
+    meant no files at all. Every one is now an error the model reads, or a recorded skip."""
+    srv = scripted({"turns": [
+        bash("mkfifo /testbed/answer.txt /testbed/output/pipe && ln -s /nope /testbed/output/answer.txt && "
+             "echo kept > /testbed/output/normal.txt && truncate -s 2G /testbed/output/sparse.bin"),
+        {"tool": "str_replace_editor", "args": {"command": "view", "path": "/testbed/answer.txt"}},
+        {"tool": "execute_bash", "args": '{"command": "echo \\ud800"}'},
+        {"tool": "str_replace_editor", "args": '{"command": "create", "path": "/testbed/x\\udcff", "file_text": "y"}'},
+        {"tool": "str_replace_editor", "args": {"command": "view", "path": "/dev/urandom"}},
+        bash("echo still here"),
+        {"tool": "submit"},
+    ]})
+    result = run_async(arun("abuse", model="m", base_url=srv.url, output_dir=tmp_path, image=docker_image,
+                            output_max_file_bytes=1 << 30))
+    t = result.trajectory
+    assert t.exit_reason == "submitted" and len(t.steps) == 7, t.exit_detail
+    outs = [s.tool_calls[0] for s in t.steps]
+    assert outs[1].error and "is a FIFO, not a regular file" in outs[1].output
+    assert outs[2].error and "U+D800" in outs[2].output and "Nothing was run" in outs[2].output
+    assert outs[3].error and "U+DCFF" in outs[3].output
+    assert outs[4].error and "character device" in outs[4].output
+    assert outs[5].output.startswith("still here")
+    assert result.answer is None and result.files == ["normal.txt"]
+    assert (tmp_path / "files/normal.txt").read_text() == "kept\n"
+    saved = Trajectory.load(tmp_path / "trajectory.json")  # every skip is on record, with its reason
+    why = [(s.path, s.reason) for s in saved.output_skipped]
+    assert ("/testbed/answer.txt", "a FIFO, not a regular file: not read as the answer") in why
+    assert ("/testbed/output/answer.txt", "symbolic link to /nope, which does not exist") in why  # as the answer
+    assert ("/testbed/output/answer.txt", "symbolic link to '/nope' (links are not followed)") in why  # as a file
+    assert any(p == "/testbed/output/sparse.bin" and "per-file limit" in r for p, r in why)
+    assert ("/testbed/output/pipe", "FIFO, not a regular file") in why and len(why) == 5
+    assert _no_containers_left(t)
+
+
+def test_calls_written_as_text_go_back_as_written(scripted, run_async, tmp_path, docker_image):
+    """Regression: calls parsed from <tool_call> text were sent back as structured tool_calls with the
+    text removed, so on a server whose template ignores tool_calls the model never saw its calls."""
+    srv = scripted({"turns": [bash("echo from-text", as_text=True, content="Checking."),
+                              {"content": "<tool_call>{oops}</tool_call>"},
+                              {"tool": "submit", "as_text": True}]})
+    result = run_async(arun("text", model="m", base_url=srv.url, output_dir=tmp_path, image=docker_image))
+    assert result.exit_reason == "submitted" and result.trajectory.steps[0].tool_calls_from_text
+    sent = srv.requests[1]["messages"]
+    assert sent[2] == {"role": "assistant", "content": srv.requests[0]["reply"]["content"]}
+    assert "<tool_call>" in sent[2]["content"] and "tool_calls" not in sent[2]
+    assert sent[3]["role"] == "user" and sent[3]["content"].startswith("<tool_response>\nfrom-text\n")
+    nudge = srv.requests[2]["messages"][-1]
+    assert nudge["role"] == "user" and "could not be read" in nudge["content"]
+    assert result.trajectory.steps[1].nudge_reason.startswith("your tool call could not be read")
+
+
+def test_a_failed_request_is_recorded_and_its_time_counted(scripted, run_async, tmp_path, docker_image):
+    """Regression: a last request that failed after 17 s was in no step: wall 24.3 s, model 5.9 s."""
+    overflow = ("This model's maximum context length is 100 tokens. However, you requested 150 tokens "
+                "(140 in the messages, 10 in the completion). Please reduce the length of the messages.")
+    srv = scripted({"turns": [bash("echo one"),
+                              {"tool": "submit", "latency": 0.6, "fail": {"status": 400, "message": overflow,
+                                                                           "times": 99}}]})
+    result = run_async(arun("overflow", model="m", base_url=srv.url, output_dir=tmp_path, image=docker_image))
+    t = Trajectory.load(tmp_path / "trajectory.json")
+    assert t.exit_reason == "context_length" and len(t.steps) == 1 and result.exit_reason == "context_length"
+    assert t.totals.failed_requests == 1 and len(t.failed_requests) == 1
+    failed = t.failed_requests[0]
+    assert failed.latency_s >= 0.6 and failed.exit_reason == "context_length" and "maximum context" in failed.error
+    assert t.totals.model_time_s >= t.steps[0].model_latency_s + failed.latency_s - 1e-6
+
+
+def test_an_answer_that_is_not_json_ends_as_model_error_with_the_record_saved(scripted, run_async, tmp_path,
+                                                                              docker_image):
+    """Regression: an HTTP 200 whose body is not JSON gave a raw traceback, exit_reason null, rc 1."""
+    srv = scripted({"turns": [bash("echo 1 > /testbed/answer.txt"),
+                              {"tool": "submit", "fail": {"status": 200, "body": "<html>oops</html>", "times": 99}}]})
+    result = run_async(arun("html", model="m", base_url=srv.url, max_retries=1, output_dir=tmp_path,
+                            image=docker_image))
+    t = Trajectory.load(tmp_path / "trajectory.json")
+    assert t.exit_reason == "model_error" and "not a chat completion" in t.exit_detail and len(t.steps) == 1
+    assert t.totals.failed_requests == 1 and result.answer == "1\n" and _no_containers_left(t)
+
+
+def test_a_stuck_loop_ends_the_run(scripted, run_async, tmp_path, docker_image):
+    srv = scripted({"turns": [bash("ls /testbed")] * 20})
+    result = run_async(arun("stuck", model="m", base_url=srv.url, stuck_after=4, output_dir=tmp_path / "a",
+                            image=docker_image))
+    assert result.exit_reason == "stuck" and len(result.trajectory.steps) == 4
+    assert "4 times in a row" in result.trajectory.exit_detail
+    result = run_async(arun("stuck", model="m", base_url=srv.url, stuck_after=None, max_steps=6,
+                            output_dir=tmp_path / "b", image=docker_image))
+    assert result.exit_reason == "max_steps" and len(result.trajectory.steps) == 6

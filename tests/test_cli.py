@@ -133,3 +133,71 @@ def test_image_is_built_on_first_use(scripted, tmp_path, docker_image):
         assert subprocess.run(["docker", "image", "inspect", tag], capture_output=True).returncode == 0
     finally:
         subprocess.run(["docker", "rmi", tag], capture_output=True)
+
+
+def _one_clear_line(r: subprocess.CompletedProcess) -> str:
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("insandbox: "), r.stderr
+    assert "Traceback" not in r.stderr and "validation error" not in r.stderr and "pydantic" not in r.stderr
+    return lines[0]
+
+
+def test_bad_arguments_exit_2_with_one_line_and_create_nothing(tmp_path, docker_image):
+    """Regressions: --query-file /nonexistent gave a traceback and rc 1; --network nonsense was
+    accepted, failed as sandbox_error and left a run folder; a missing --input-dir printed pydantic."""
+    run_dir = tmp_path / "run"
+    base = ["--model", "m", "--base-url", "http://127.0.0.1:9/v1", "--output-dir", str(run_dir)]
+    assert "--query-file /nonexistent: No such file" in _one_clear_line(
+        cli("run", "--query-file", "/nonexistent", *base))
+    assert "--network 'nonsense': no such Docker network (known: bridge, host, none" in _one_clear_line(
+        cli("run", "x", "--network", "nonsense", "--image", docker_image, *base))
+    assert _one_clear_line(cli("run", "x", "--input-dir", "/no/such/dir", *base)) == \
+        "insandbox: --input-dir: /no/such/dir does not exist"
+    assert "--image 'insandbox-nope:1' not found" in _one_clear_line(
+        cli("run", "x", "--image", "insandbox-nope:1", *base)).replace("image ", "--image ")
+    assert "No such option: --bogus" in _one_clear_line(cli("run", "x", "--bogus"))
+    assert "'--max-steps'" in _one_clear_line(cli("run", "x", "--max-steps", "many"))
+    assert "--memory: 'lots' is not a size" in _one_clear_line(cli("run", "x", "--memory", "lots", *base))
+    assert "--tool-choice" in _one_clear_line(cli("run", "x", "--tool-choice", "any", *base))
+    assert "--env wants KEY=VALUE" in _one_clear_line(cli("bench", "chem", "--env", "NOEQUALS", *base))
+    assert "--mode is sandbox, llm or both" in _one_clear_line(cli("bench", "chem", "--mode", "x"))
+    assert not run_dir.exists()  # nothing was created for any of them
+
+
+def test_bench_takes_every_run_option_and_every_option_has_help():
+    import typer.main
+
+    from insandbox.cli import _click_exceptions, app  # noqa: F401
+
+    root = typer.main.get_command(app)
+    commands = {name: cmd for name, cmd in root.commands.items()}
+    commands.update({f"image {n}": c for n, c in commands.pop("image").commands.items()})
+
+    def options(cmd) -> set[str]:
+        return {o for p in cmd.params if p.param_type_name == "option" for o in p.opts}
+
+    run_only = {"--query-file", "--mode", "--input-dir", "--output-dir", "--quiet", "-q", "--json"}
+    missing = options(commands["run"]) - run_only - options(commands["bench"])
+    assert not missing, f"bench lacks {missing}"
+    for needed in ("--prompt-config", "--env", "--output-limit", "--max-retries", "--request-timeout",
+                   "--send-reasoning", "--tool-choice", "--stuck-after"):
+        assert needed in options(commands["run"]) and needed in options(commands["bench"])
+    for name, cmd in commands.items():
+        for p in cmd.params:
+            if p.param_type_name == "option" and p.name != "help":
+                assert (p.help or "").strip(), f"insandbox {name} {p.opts[0]} has no help text"
+
+
+def test_request_timeout_and_send_reasoning_reach_the_model_client(scripted, tmp_path, docker_image):
+    srv = scripted({"turns": [{"tool": "execute_bash", "args": {"command": "true"}, "reasoning_content": "I think"},
+                              {"tool": "submit", "latency": 2.0}]})
+    r = cli("run", "x", "--model", "m", "--base-url", srv.url, "--send-reasoning", "--request-timeout", "0.5",
+            "--max-retries", "0", "--output-dir", str(tmp_path), "--image", docker_image, "-q", "--json")
+    assert r.returncode == 1, r.stderr
+    out = json.loads(r.stdout)
+    assert out["exit_reason"] == "model_error" and "within 0.5s" in out["exit_detail"]
+    deadline = time.time() + 10
+    while len(srv.requests) < 2 and time.time() < deadline:  # the server logs it once its 2 s are over
+        time.sleep(0.05)
+    second = srv.requests[1]["messages"]
+    assert second[2]["role"] == "assistant" and second[2]["reasoning_content"] == "I think"

@@ -7,6 +7,7 @@ from insandbox.bench.data import DataError, load_rows, parse_input_files
 from tests.bench.rows import dev_rows
 
 
+@pytest.mark.shared_data
 def test_data_loading(tmp_path):
     assert parse_input_files("{'a.txt': 'x'}") == {"a.txt": "x"}  # Python-literal string, as in the AA-LCR rows
     assert parse_input_files('{"a.txt": "x"}') == {"a.txt": "x"}

@@ -137,6 +137,7 @@ def test_resume_after_a_killed_run_repeats_nothing(scripted, tmp_path, docker_im
     assert json.loads((run_dir / "summary.json").read_text())["samples"] == 12
 
 
+@pytest.mark.shared_data
 def test_infrastructure_failures_are_retried_and_kept_apart(scripted, run_async, tmp_path):
     rows = dev_rows("chem")[:3]
     srv = scripted({"scripts": [

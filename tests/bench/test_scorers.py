@@ -14,6 +14,7 @@ from tests.bench.rows import IF_GOLD, TASKS, dev_rows, gold_file, gold_reply, wr
 from tests.helpers import shared_data
 
 
+@pytest.mark.shared_data
 @pytest.mark.parametrize("task", [t for t in TASKS if t != "instruct_follow"])
 def test_gold_answers_get_full_marks_on_every_dev_row(task, run_async):
     spec = load_task(task)
@@ -28,6 +29,7 @@ def test_gold_answers_get_full_marks_on_every_dev_row(task, run_async):
     run_async(body())
 
 
+@pytest.mark.shared_data
 def test_instruct_follow_gold_and_unscorable(run_async, monkeypatch):
     rows = {r.id: r for r in dev_rows("instruct_follow")}
     scorer = make_scorer("ifbench")
@@ -128,6 +130,7 @@ def test_strict_choice_without_recognisable_options_accepts_any_letter(run_async
     run_async(body())
 
 
+@pytest.mark.shared_data
 @pytest.mark.parametrize("task", ["chem", "biomed"])
 def test_option_letters_of_every_dev_row(task):
     letters = {"chem": "ABCD", "biomed": "ABCDEFGHIJ"}[task]
@@ -168,6 +171,7 @@ def test_reference_scorer_is_named_and_keeps_the_strict_verdict(run_async):
     run_async(body())
 
 
+@pytest.mark.shared_data
 def test_judge_scores_by_verdict(scripted, run_async):
     row = load_rows(shared_data() / "bench" / "physics" / "dev.jsonl", None, None, limit=1)[0]
     srv = scripted({"scripts": [

@@ -92,3 +92,49 @@ def test_shrink_max_tokens_from_vllm_message():
     assert shrink_max_tokens("context length exceeded", 1000) == 500  # no numbers: halve
     assert shrink_max_tokens("context length exceeded", None) is None
 
+
+
+def test_tool_choice_travels_with_the_tools(scripted, run_async):
+    """Regression: no tool_choice was ever sent, and llama-cpp-python's server reads a request with
+    tools but no tool_choice as "no tools": the model silently never saw them."""
+    srv = scripted({"turns": [{"tool": "submit"}] * 4, "llm_turns": [{"content": "plain"}]})
+
+    async def body():
+        for kwargs in ({}, {"tool_choice": "required"}, {"tool_choice": None}):
+            client = OpenAIChatClient("m", base_url=srv.url, **kwargs)
+            await client.complete(MSGS, TOOLS)
+            await client.complete(MSGS, None)  # plain mode: no tools, so no tool_choice either
+            await client.close()
+    run_async(body())
+    params = [r["params"] for r in srv.requests]
+    assert params[0]["tool_choice"] == "auto" and params[2]["tool_choice"] == "required"
+    assert "tool_choice" not in params[4]
+    assert all("tool_choice" not in p for p in params[1::2])
+
+
+@pytest.mark.parametrize("body,content_type", [
+    ("<html><body>502 Bad Gateway</body></html>", "text/html"),  # a proxy's page
+    ("not json at all", "application/json"),  # declared JSON, but is not
+    ('{"object": "error"}', "application/json"),  # JSON, but no choices
+])
+def test_a_200_that_is_not_a_chat_completion_is_retried_then_an_error(scripted, run_async, body, content_type):
+    """Regression: an HTTP 200 whose body is not JSON gave a raw traceback and no exit reason."""
+    fail = {"status": 200, "body": body, "content_type": content_type}
+    srv = scripted({"scripts": [{"match": "transient", "turns": [{"tool": "submit", "fail": {**fail, "times": 2}}]},
+                                {"match": "persistent", "turns": [{"tool": "submit", "fail": {**fail, "times": 99}}]}]})
+
+    async def run(text, retries):
+        client = OpenAIChatClient("m", base_url=srv.url, max_retries=retries)
+        try:
+            return await client.complete([{"role": "user", "content": text}], TOOLS)
+        finally:
+            await client.close()
+
+    reply = run_async(run("transient", 3))
+    assert reply.tool_calls[0].name == "submit" and len(reply.notes) == 2
+    assert all("not a chat completion" in n or "not valid JSON" in n or "not JSON" in n or "no choices" in n
+               for n in reply.notes)
+    with pytest.raises(ModelError, match="not a chat completion, 2 times in a row") as err:
+        run_async(run("persistent", 1))
+    assert err.value.latency_s > 0
+    assert sum(1 for r in srv.requests if r["conv"] == srv.requests[-1]["conv"]) == 2  # tried, retried once

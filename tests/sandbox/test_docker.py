@@ -11,6 +11,8 @@ import pytest
 from insandbox.sandbox import CopyLimits, SandboxError, SandboxLimits, engine
 from insandbox.sandbox.docker import LABEL, LABEL_OWNER, LABEL_RUN, owner_label
 
+pytestmark = pytest.mark.docker
+
 # ps without procps: count processes whose command line starts with `sleep`
 COUNT_SLEEPS = ("n=0; for p in /proc/[0-9]*; do c=$(tr '\\0' ' ' < $p/cmdline 2>/dev/null); "
                 "case \"$c\" in sleep*) n=$((n+1));; esac; done; echo sleeps=$n")
@@ -244,26 +246,41 @@ def test_dead_container_gives_a_clear_error(sandbox_factory, run_async):
     run_async(body())
 
 
-def test_host_death_stops_the_container():
-    """A killed host process leaves no running sandbox: stdin EOF stops the server."""
+@pytest.mark.parametrize("busy", [False, True], ids=["idle", "mid-command"])
+def test_host_death_stops_the_container(busy):
+    """A killed host process leaves no running sandbox: stdin EOF stops the server. Regression:
+    SIGKILL while a command ran (`sleep 100`) left the container up until the command ended."""
+    import sys
+    import time
+
     code = ("import asyncio, os\n"
             "from insandbox.sandbox import SandboxSpec, create_sandbox\n"
             "async def main():\n"
             "    sb = create_sandbox(SandboxSpec(run_id='orphan-test'))\n"
             "    await sb.start()\n"
             "    print(sb.container_id, flush=True)\n"
+            f"    if {busy}:\n"
+            "        asyncio.ensure_future(sb.run('sleep 100; echo late', timeout=200))\n"
+            "        await asyncio.sleep(1)\n"
+            "        print('busy', flush=True)\n"
+            "        await asyncio.sleep(1000)\n"
             "    os._exit(0)\n"
             "asyncio.run(main())\n")
-    import sys
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    cid = out.stdout.strip()
-    assert cid, out.stderr
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    cid = proc.stdout.readline().strip()
+    assert cid
     try:
-        for _ in range(50):
+        if busy:
+            assert proc.stdout.readline().strip() == "busy"
+            top = engine.api().top(cid)["Processes"]
+            assert any("sleep 100" in " ".join(p) for p in top)  # the command is running
+            proc.kill()  # SIGKILL: no clean-up of any kind
+        proc.wait(30)
+        deadline = time.time() + 30  # far less than the 100 s the command would have taken
+        while time.time() < deadline:
             state = engine.api().inspect_container(cid)["State"]
             if not state["Running"]:
                 break
-            import time
             time.sleep(0.1)
         assert not state["Running"]
     finally:

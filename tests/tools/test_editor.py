@@ -156,3 +156,46 @@ def test_undo_edit_restores_previous_versions(sandbox_factory, run_async):
         await call(command="str_replace", path="/testbed/exe.sh", old_str="x", new_str="y")
         assert (await sb.stat("/testbed/exe.sh")).mode == 0o755  # edits keep the file mode
     _editor_session(sandbox_factory, run_async, body)
+
+
+def test_paths_that_are_not_regular_files_are_refused_at_once(sandbox_factory, run_async):
+    """Regression: `view` of a FIFO blocked the in-container server for 30 s and the run died as
+    sandbox_error. Reads and writes never block now: a FIFO, a device, an unreadable file or a path
+    no file can have is an error the model reads, and the sandbox answers the next call at once."""
+    async def body(sb, call):
+        r = await sb.run("mkfifo /testbed/pipe && ln -s /testbed/pipe /testbed/to-pipe && ln -s nowhere /testbed/gone "
+                         "&& mkdir -p /testbed/d && echo ok > /testbed/ok.txt")
+        assert r.exit_code == 0, r.output
+        for args, expect in [
+            ({"command": "view", "path": "/testbed/pipe"}, "/testbed/pipe is a FIFO, not a regular file"),
+            ({"command": "view", "path": "/testbed/to-pipe"}, "is a FIFO, not a regular file"),
+            ({"command": "create", "path": "/testbed/pipe", "file_text": "x"}, "is a FIFO, not a regular file"),
+            ({"command": "str_replace", "path": "/testbed/pipe", "old_str": "a", "new_str": "b"}, "FIFO"),
+            ({"command": "insert", "path": "/testbed/pipe", "insert_line": 0, "new_str": "x"}, "FIFO"),
+            ({"command": "view", "path": "/dev/zero"}, "/dev/zero is a character device"),
+            ({"command": "view", "path": "/proc/1/mem"}, "Input/output error"),  # regular, but unreadable
+            ({"command": "view", "path": "/testbed/gone"}, "does not exist"),
+            ({"command": "create", "path": "/testbed/d", "file_text": "x"}, "is a directory"),
+            ({"command": "view", "path": "/testbed/a\u0000b"}, "NUL character"),
+        ]:
+            out = await call(**args)
+            assert out.error and expect in out.text, (args, out.text)
+        assert "ok" in (await call(command="view", path="/testbed/ok.txt")).text  # and the sandbox is fine
+        r = await sb.run("echo $(( 6 * 7 ))", timeout=5)
+        assert r.output == "42\n"
+        with_link = await call(command="create", path="/testbed/link.txt", file_text="via link\n")
+        assert not with_link.error
+    _editor_session(sandbox_factory, run_async, body)
+
+
+def test_writes_through_a_symlink_reach_its_target(sandbox_factory, run_async):
+    """Whatever the size (server or archive path), a write to a symlink writes the file it points
+    at, as open() does, instead of replacing the link."""
+    async def body(sb, call):
+        await sb.run("echo old > /testbed/real.txt && ln -s real.txt /testbed/alias.txt")
+        for text in ("small\n", "x" * (2 << 20)):
+            out = await call(command="create", path="/testbed/alias.txt", file_text=text)
+            assert not out.error, out.text
+            r = await sb.run("test -L /testbed/alias.txt && wc -c < /testbed/real.txt")
+            assert r.exit_code == 0 and int(r.output) == len(text)
+    _editor_session(sandbox_factory, run_async, body)

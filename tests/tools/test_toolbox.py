@@ -1,11 +1,13 @@
-"""Pure functions: schemas, argument parsing, text tool calls, output clipping, prompts, archives."""
+"""The toolbox without a sandbox: schemas, argument parsing, and the one place where the model's
+mistakes become tool errors while a broken sandbox ends the episode."""
 from __future__ import annotations
 
 import json
 
 import pytest
 
-from insandbox.tools import ToolArgumentError, default_tools, parse_arguments
+from insandbox.sandbox import OperationError, SandboxError, SandboxFileError, ServerError
+from insandbox.tools import ToolArgumentError, ToolBox, ToolCall, default_tools, parse_arguments
 
 
 def test_tool_schemas_are_exact():
@@ -37,3 +39,43 @@ def test_parse_arguments():
     with pytest.raises(ToolArgumentError, match="JSON object"):
         parse_arguments("[1, 2]")
 
+
+
+def test_lone_surrogates_are_refused_where_they_sit():
+    """Regression: "\\ud800" is valid JSON but no character; it ended the run as sandbox_error with 0 steps."""
+    with pytest.raises(ToolArgumentError, match=r"`command` holds U\+D800 at character 5"):
+        parse_arguments('{"command": "echo \\ud800"}')
+    with pytest.raises(ToolArgumentError, match=r"`path` holds U\+DCFF at character 2"):
+        parse_arguments('{"command": "view", "path": "/x\\udcff"}')
+    assert parse_arguments('{"command": "echo \\ud83d\\ude00"}') == {"command": "echo 😀"}  # a valid pair
+
+
+class _Failing:
+    """A user-defined tool (the ToolBox takes any), failing the way it is told to."""
+
+    name = "fail"
+
+    def schema(self) -> dict:
+        return {"type": "function", "function": {"name": "fail", "parameters": {"type": "object"}}}
+
+    async def run(self, sandbox, args):
+        raise {"operation": OperationError("/testbed/pipe is a FIFO, not a regular file"),
+               "server": ServerError("sb", "OSError: [Errno 5] Input/output error"),
+               "sandbox": SandboxError("the container stopped")}[args["how"]]
+
+
+def test_the_toolbox_is_the_one_place_model_errors_become_tool_errors(run_async):
+    box = ToolBox([_Failing()])
+
+    async def call(how):
+        return (await box.call(None, ToolCall("c1", "fail", json.dumps({"how": how}))))[0]
+
+    out = run_async(call("operation"))
+    assert out.error and out.text == "Error: /testbed/pipe is a FIFO, not a regular file"
+    out = run_async(call("server"))  # the in-container server refused: the sandbox is fine, the episode goes on
+    assert out.error and "Input/output error" in out.text
+    assert not isinstance(ServerError("s", "m"), SandboxError) and not isinstance(SandboxFileError("m"), SandboxError)
+    with pytest.raises(SandboxError):  # a broken sandbox is not the model's doing: it ends the episode
+        run_async(call("sandbox"))
+    out = run_async(box.call(None, ToolCall("c2", "nope", "{}")))[0]
+    assert out.error and "no tool named 'nope'" in out.text

@@ -13,9 +13,11 @@ class JSONHandler(BaseHTTPRequestHandler):
         pass
 
     def send_json(self, code: int, obj: dict) -> None:
-        body = json.dumps(obj, ensure_ascii=False).encode()
+        self.send_raw(code, json.dumps(obj, ensure_ascii=False).encode(), "application/json")
+
+    def send_raw(self, code: int, body: bytes, content_type: str) -> None:
         self.send_response(code)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)

@@ -15,6 +15,8 @@ Script (JSON or YAML), one entry per model turn:
         {"content": "a reply with no tool call"},
         {"tool": "submit", "as_text": true},            # written as <tool_call> text in content
         {"tool": "submit", "fail": {"status": 503, "times": 2}},  # first 2 tries fail
+        {"tool": "submit", "fail": {"status": 200, "body": "<html>proxy error</html>",
+                                    "content_type": "text/html"}},  # a 200 that is not JSON
         {"tool": "submit", "latency": 1.5, "usage": {"prompt_tokens": 7, "completion_tokens": 3}}
     ]}
 
@@ -102,11 +104,14 @@ class _State:
         self.requests: list[dict] = []
         self.failures: dict[tuple, int] = {}
 
-    def record(self, rec: dict) -> None:
+    def record(self, rec: dict) -> dict:
+        """Log a request when it arrives (a client may give up before the answer); the handler
+        fills in its status and reply on the returned dict."""
         if not self.keep_requests:
-            rec = {k: v for k, v in rec.items() if k not in ("messages", "tools", "reply")}
+            rec = {k: v for k, v in rec.items() if k not in ("messages", "tools")}
         with self.lock:
             self.requests.append(rec)
+        return rec
 
     def pick(self, model: str, first_user: str) -> dict:
         matching = [s for s in self.scripts if s.get("match") and s["match"] in first_user]
@@ -159,9 +164,13 @@ class _Handler(JSONHandler):
         index = sum(1 for m in messages if m.get("role") == "assistant")
         turns = script["llm_turns"] if not req.get("tools") and "llm_turns" in script else script["turns"]
         turn = turns[index] if index < len(turns) else {"tool": "submit"}
-        record = {"conv": conv, "turn": index, "t_recv": t_recv, "messages": messages, "tools": req.get("tools"),
-                  "params": {k: v for k, v in req.items() if k not in ("messages", "tools")}}
+        record = state.record({"conv": conv, "turn": index, "t_recv": t_recv, "messages": messages,
+                               "tools": req.get("tools"),
+                               "params": {k: v for k, v in req.items() if k not in ("messages", "tools")}})
 
+        latency = turn.get("latency", state.latency if state.latency is not None else script.get("latency", 0))
+        if latency:  # before a scripted failure too: a request can take long and still fail
+            time.sleep(latency)
         fail = turn.get("fail")
         if fail:
             key = (conv, index)
@@ -171,25 +180,22 @@ class _Handler(JSONHandler):
                 if failing:
                     state.failures[key] = done + 1
             if failing:
-                record.update(status=fail.get("status", 500), t_sent=time.time())
-                state.record(record)
-                return self.send_json(int(fail.get("status", 500)),
-                                  {"error": {"message": fail.get("message", "scripted failure")}})
+                status = int(fail.get("status", 500))
+                record.update(status=status, t_sent=time.time())
+                if "body" in fail:  # sent as is: a proxy's page, a truncated answer
+                    return self.send_raw(status, str(fail["body"]).encode(), fail.get("content_type", "text/html"))
+                return self.send_json(status, {"error": {"message": fail.get("message", "scripted failure")}})
 
         prompt_tokens = max(1, len(json.dumps(messages)) // 4)
         window = script.get("context_window")
         want = req.get("max_tokens") or req.get("max_completion_tokens") or 0
         if window and prompt_tokens + want > window:
             record.update(status=400, t_sent=time.time())
-            state.record(record)
             return self.send_json(400, {"error": {"type": "BadRequestError", "message": (
                 f"This model's maximum context length is {window} tokens. However, you requested "
                 f"{prompt_tokens + want} tokens ({prompt_tokens} in the messages, {want} in the completion). "
                 "Please reduce the length of the messages or completion.")}})
 
-        latency = turn.get("latency", state.latency if state.latency is not None else script.get("latency", 0))
-        if latency:
-            time.sleep(latency)
         calls = _calls_of(turn)
         content = turn.get("content")
         if calls and turn.get("as_text"):
@@ -213,9 +219,8 @@ class _Handler(JSONHandler):
             usage.update(turn.get("usage") or {})
             usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
             body["usage"] = usage
+        record.update(status=200, t_sent=time.time(), reply=message if state.keep_requests else None)
         self.send_json(200, body)
-        record.update(status=200, t_sent=time.time(), reply=message)
-        state.record(record)
 
 
 class ScriptedServer:

@@ -111,6 +111,13 @@ def kind_of_go_mode(mode: int) -> str:
     return FILE
 
 
+def _file_stat(reply: dict) -> Optional[FileStat]:
+    if not reply.get("exists"):
+        return None
+    return FileStat(name=posixpath.basename(reply["path"]), size=int(reply.get("size") or 0),
+                    mode=int(reply.get("mode") or 0), kind=reply.get("kind", FILE), link_target=reply.get("target", ""))
+
+
 def _not_a_file(path: str, kind: str) -> SandboxFileError:
     return SandboxFileError(f"{path} is a {kind}, not a regular file")
 
@@ -282,6 +289,35 @@ class DockerSandbox:
 
     # ------------------------------------------------------------------ files
     async def stat(self, path: str) -> Optional[FileStat]:
+        if self._channel_free():
+            try:
+                return _file_stat(await self._request("stat", CHANNEL_GRACE_S, path=path, follow=False))
+            except ServerError as e:
+                raise SandboxFileError(f"{path}: {e.message}") from None
+            except SandboxError:
+                pass  # the server is gone: the engine still sees the container's files
+        return await self._engine_stat(path)
+
+    async def resolve(self, path: str) -> tuple[str, Optional[FileStat]]:
+        if self._channel_free():
+            try:
+                reply = await self._request("stat", CHANNEL_GRACE_S, path=path, follow=True)
+                return reply["path"], _file_stat(reply)
+            except ServerError as e:
+                raise SandboxFileError(f"{path}: {e.message}") from None
+            except SandboxError:
+                pass
+        for _ in range(MAX_LINK_HOPS):
+            st = await self._engine_stat(path)
+            if st is None or st.kind != SYMLINK:
+                return path, st
+            target = st.link_target
+            path = target if target.startswith("/") else posixpath.normpath(
+                posixpath.join(posixpath.dirname(path), target))
+        raise SandboxFileError(f"{path}: too many levels of symbolic links")
+
+    async def _engine_stat(self, path: str) -> Optional[FileStat]:
+        """The engine's view (the container's own filesystem, not procfs or in-container mounts)."""
         api = engine.api()
         url = api._url("/containers/{0}/archive", self.container_id)
         try:
@@ -297,16 +333,6 @@ class DockerSandbox:
         mode = int(raw.get("mode", 0))
         return FileStat(name=raw.get("name", posixpath.basename(path)), size=int(raw.get("size", 0)),
                         mode=mode & 0o7777, kind=kind_of_go_mode(mode), link_target=raw.get("linkTarget", ""))
-
-    async def resolve(self, path: str) -> tuple[str, Optional[FileStat]]:
-        for _ in range(MAX_LINK_HOPS):
-            st = await self.stat(path)
-            if st is None or st.kind != SYMLINK:
-                return path, st
-            target = st.link_target
-            path = target if target.startswith("/") else posixpath.normpath(
-                posixpath.join(posixpath.dirname(path), target))
-        raise SandboxFileError(f"{path}: too many levels of symbolic links")
 
     async def read_file(self, path: str, max_bytes: Optional[int] = None) -> bytes:
         import docker.errors

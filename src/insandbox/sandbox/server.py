@@ -23,6 +23,7 @@ Standard library only; keep it compatible with old Pythons (no walrus, no 3.8+ A
 """
 import base64
 import codecs
+import errno
 import json
 import os
 import select
@@ -442,6 +443,33 @@ class Server(object):
         return {"size": os.path.getsize(path)}
 
     @staticmethod
+    def stat_path(req):
+        """A path as the model sees it (procfs and other mounts included, which the engine's
+        archive API does not see). follow: the symlink chain resolved, and the real path."""
+        path = req["path"]
+        if req.get("follow"):
+            real = os.path.realpath(path)
+            try:
+                st = os.stat(path)  # raises ELOOP for a loop of links
+            except OSError as e:
+                if e.errno != errno.ENOENT:
+                    raise
+                return {"exists": False, "path": real}
+            return {"exists": True, "path": real, "kind": kind_of(st.st_mode), "size": st.st_size,
+                    "mode": st.st_mode & 0o7777}
+        try:
+            st = os.lstat(path)
+        except OSError as e:
+            if e.errno != errno.ENOENT:
+                raise
+            return {"exists": False, "path": path}
+        out = {"exists": True, "path": path, "kind": kind_of(st.st_mode), "size": st.st_size,
+               "mode": st.st_mode & 0o7777}
+        if stat.S_ISLNK(st.st_mode):
+            out["target"] = os.readlink(path)
+        return out
+
+    @staticmethod
     def list_tree(req):
         """Every entry under a folder, without following links: what copy-back decides on."""
         root, limit = req["path"], int(req.get("max_entries") or 100000)
@@ -502,6 +530,8 @@ class Server(object):
             return self.write_file(req)
         if op == "list_tree":
             return self.list_tree(req)
+        if op == "stat":
+            return self.stat_path(req)
         if op == "ping":
             return {"pid": os.getpid()}
         raise ValueError("unknown op %r" % (op,))

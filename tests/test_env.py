@@ -1,0 +1,143 @@
+"""SandboxEnv on its own, as an RL trainer drives it: episodes, resets, limits, clean-up."""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from insandbox.env import EnvConfig, SandboxEnv, Task
+from insandbox.episode import ExitReason
+from insandbox.tools import ToolCall
+from tests.helpers import containers_with_label
+
+
+def _bash(call_id: str, command: str) -> ToolCall:
+    import json
+    return ToolCall(call_id, "execute_bash", json.dumps({"command": command}))
+
+
+def _edit(call_id: str, **args) -> ToolCall:
+    import json
+    return ToolCall(call_id, "str_replace_editor", json.dumps(args))
+
+
+def test_environment_api_without_the_loop(run_async, docker_image):
+    """What an RL trainer does: reset, step with its own tool calls, read the answer, close."""
+    async def body():
+        env = SandboxEnv(EnvConfig(image=docker_image, max_steps=3))
+        messages = await env.reset(Task("Write 5 to the answer file.", input_files={"in.txt": "5"}))
+        assert [m["role"] for m in messages] == ["system", "user"]
+        assert [s["function"]["name"] for s in env.tool_schemas] == ["execute_bash", "str_replace_editor", "submit"]
+        copy = '{"command": "cp /testbed/input/in.txt /testbed/answer.txt"}'
+        r = await env.step([ToolCall("a", "execute_bash", copy)])
+        assert not r.done and r.messages[0]["tool_call_id"] == "a" and env.steps_left == 2
+        r = await env.step([])
+        assert r.nudged and r.messages[0]["role"] == "user"
+        r = await env.step([ToolCall("b", "submit", "{}")])
+        assert r.done and r.submitted
+        assert await env.read_answer() == "5"
+        await env.close()
+    run_async(body())
+
+
+def test_reset_starts_a_fresh_episode_every_time(run_async, docker_image):
+    """Regression: a second reset() failed with "Conflict. The container name ... is already in use",
+    and close(), reset(), close() left an exited container behind."""
+    run_id = "env-reset-test"
+
+    async def body():
+        env = SandboxEnv(EnvConfig(image=docker_image, max_steps=3, run_id=run_id))
+        try:
+            await episodes(env)
+        finally:
+            await env.close()
+
+    async def episodes(env):
+        seen = []
+        for episode in range(3):
+            messages = await env.reset(Task(f"episode {episode}", input_files={"n.txt": str(episode)}))
+            assert f"episode {episode}\n" in messages[-1]["content"] and not env.done
+            assert env.steps_left == 3 and not env.submitted
+            seen.append(env.sandbox.info()["container_id"])
+            r = await env.step([_bash("a", "cat /testbed/input/n.txt; ls /testbed; echo $LEFTOVER"),
+                                _edit("b", command="create", path="/testbed/notes.txt", file_text="mine\n")])
+            out = r.observations[0].output.text
+            assert out.startswith(str(episode)) and "notes.txt" not in out and "set-before" not in out
+            # the editor's undo history is the episode's own: nothing from the last one to undo
+            r = await env.step([_edit("c", command="undo_edit", path="/testbed/notes.txt"),
+                                _edit("d", command="undo_edit", path="/testbed/notes.txt"),
+                                _bash("e", "export LEFTOVER=set-before")])
+            assert not r.observations[0].output.error and r.observations[1].output.error
+            r = await env.step([ToolCall("f", "submit", "{}")])
+            assert r.done and r.submitted and r.exit_reason is ExitReason.SUBMITTED
+            with pytest.raises(RuntimeError, match="episode is over"):
+                await env.step([ToolCall("g", "submit", "{}")])
+        assert len(set(seen)) == 3
+        assert len(containers_with_label(f"insandbox.run_id={run_id}")) == 1  # only the current one
+        await env.close()
+        assert containers_with_label(f"insandbox.run_id={run_id}") == []
+        # close, reset, close: nothing left behind either
+        await env.reset(Task("again"))
+        await env.close()
+        await env.close()  # twice is fine
+        assert containers_with_label(f"insandbox.run_id={run_id}") == []
+    run_async(body())
+
+
+def test_async_with_removes_every_sandbox_even_when_the_body_fails(run_async, docker_image):
+    run_id = "env-with-test"
+
+    async def body():
+        async with SandboxEnv(EnvConfig(image=docker_image, run_id=run_id)) as env:
+            await env.reset(Task("one"))
+            await env.reset(Task("two"))
+            raise ValueError("the trainer failed")
+
+    with pytest.raises(ValueError):
+        run_async(body())
+    assert containers_with_label(f"insandbox.run_id={run_id}") == []
+
+
+def test_step_needs_a_started_episode(run_async):
+    async def body():
+        env = SandboxEnv(EnvConfig())
+        with pytest.raises(RuntimeError, match="reset"):
+            await env.step([ToolCall("a", "submit", "{}")])
+    run_async(body())
+
+
+def test_limits_end_the_episode_with_their_reason(run_async, docker_image):
+    """The env applies every limit (steps, token budget, stuck) and says why it stopped."""
+    async def body():
+        async with SandboxEnv(EnvConfig(image=docker_image, max_steps=50, token_budget=1000, stuck_after=3)) as env:
+            await env.reset(Task("t"))
+            for _ in range(2):
+                r = await env.step([_bash("a", "echo same")], tokens=10)
+                assert not r.done and r.messages[0]["content"].endswith("steps left]")
+            r = await env.step([_bash("a", "echo same")], tokens=10)
+            assert r.done and r.exit_reason is ExitReason.STUCK and "3 times" in r.exit_detail
+            assert "steps left" not in r.messages[0]["content"]  # no note once the episode is over
+
+            await env.reset(Task("t"))
+            r = await env.step([_bash("a", "echo 1")], tokens=600)
+            r = await env.step([_bash("a", "echo 2")], tokens=600)
+            assert r.done and r.exit_reason is ExitReason.TOKEN_BUDGET
+
+            await env.reset(Task("t"))
+            r = await env.step([], parse_errors=["a <tool_call> block is not valid JSON"])
+            assert r.nudged and r.nudge_reason.startswith("your tool call could not be read")
+            assert "not valid JSON" in r.messages[0]["content"]
+    run_async(body())
+
+
+def test_a_reset_while_the_model_thinks(run_async, docker_image):
+    """reset() sets up the episode at once; its awaitable starts the sandbox, so the first model
+    request can overlap it (what the loop does)."""
+    async def body():
+        async with SandboxEnv(EnvConfig(image=docker_image, max_steps=7)) as env:
+            starting = asyncio.ensure_future(env.reset(Task("t")))
+            assert env.episode is not None and env.steps_left == 7 and not env.done
+            await starting
+            r = await env.step([_bash("a", "true")])
+            assert r.observations[0].output.exit_code == 0
+    run_async(body())
