@@ -17,6 +17,7 @@ _EXPORTS = {
     "RunConfig": "insandbox.config", "ConfigError": "insandbox.config",
     "SandboxEnv": "insandbox.env", "EnvConfig": "insandbox.env", "Task": "insandbox.env",
     "StepResult": "insandbox.env", "Trajectory": "insandbox.trajectory",
+    "ExitReason": "insandbox.episode", "Limits": "insandbox.episode",
     "OpenAIChatClient": "insandbox.models", "ModelClient": "insandbox.models",
     "ScriptedServer": "insandbox.models.scripted_server", "ToolCall": "insandbox.tools",
     "load_prompt_config": "insandbox.prompts", "PromptConfig": "insandbox.prompts",

@@ -200,3 +200,28 @@ def test_resume_keeps_the_step_limit_of_the_first_session(tmp_path):
     assert BenchRun(load_bench_config(first.run_dir), run_dir=first.run_dir).max_steps == 7
     explicit = BenchRun(BenchConfig(task=str(task), run=RunConfig(model="m", max_steps=3)), run_dir=tmp_path / "x")
     assert explicit.max_steps == 3
+
+
+def test_bench_passes_the_run_options_to_every_sample(scripted, tmp_path, docker_image):
+    """`bench` takes every option `run` has: the sandbox's environment, the prompts (laid over the
+    task's), the output limit, the client's settings."""
+    data = tmp_path / "rows.jsonl"
+    data.write_text(json.dumps({"id": "q1", "problem_statement": "Which one?\nA. x\nB. y", "ground_truth": "B"}) + "\n")
+    over = tmp_path / "prompts.yaml"
+    over.write_text("system_prompt: 'SYSTEM-OVERRIDE, work in {working_dir}'\n")
+    srv = scripted({"turns": [{"tool": "execute_bash", "args": {"command": "echo $ANSWER > /testbed/answer.txt; "
+                                                                           "seq 1000"}},
+                              {"tool": "submit"}]})
+    run_dir = tmp_path / "run"
+    r = cli("bench", "chem", "--data", str(data), "--model", "m", "--base-url", srv.url, "--image", docker_image,
+            "--env", "ANSWER=B", "--prompt-config", str(over), "--output-limit", "300", "--max-retries", "0",
+            "--tool-choice", "required", "--output-dir", str(run_dir), "-q")
+    assert r.returncode == 0, r.stderr
+    rec = json.loads((run_dir / "results.jsonl").read_text())
+    assert rec["score"] == 1.0 and rec["answer"] == "B\n"
+    first = srv.requests[0]
+    assert first["messages"][0]["content"] == "SYSTEM-OVERRIDE, work in /testbed"
+    assert "Write only the letter" in first["messages"][1]["content"]  # the task's own instance prompt
+    assert first["params"]["tool_choice"] == "required"
+    observed = srv.requests[1]["messages"][3]["content"]
+    assert "characters cut from the middle" in observed and len(observed) < 1000

@@ -12,3 +12,4 @@ def test_intervals_over_items_when_items_repeat():
     assert acc["accuracy"] == 0.5 and acc["items"] == 3 and acc["ci_method"] == "t over item means"
     assert acc["ci95"] == [0.0, 1.0]
 
+

@@ -38,6 +38,10 @@ class ResultStore:
 
     def append(self, record: dict) -> None:
         line = json.dumps(record, ensure_ascii=False) + "\n"
+        try:
+            line.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate from a server: \u escapes keep it, still valid JSON
+            line = json.dumps(record) + "\n"
         with open(self.path, "a", encoding="utf-8") as f:
             f.write(line)
             f.flush()
