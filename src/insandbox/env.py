@@ -39,7 +39,7 @@ from .tools import Tool, ToolBox, ToolCall, ToolOutput, default_tools
 
 log = logging.getLogger(__name__)
 
-NUDGE = ("Continue with execute_bash or str_replace_editor, or call submit if the task is done.")
+NUDGE = "Continue with execute_bash or str_replace_editor, or call submit if the task is done."
 MAX_ANSWER_BYTES = 1024 * 1024
 
 
@@ -229,7 +229,7 @@ class SandboxEnv:
     # ------------------------------------------------------------------ results
     async def read_answer(self) -> Optional[str]:
         """The answer file's text: {working_dir}/answer.txt, else {output_dir}/answer.txt."""
-        return (await self._answer([]))
+        return await self._answer([])
 
     async def _answer(self, skipped: list[Skipped]) -> Optional[str]:
         """Never blocks and never fails: an answer file that cannot be read (a dangling link, a FIFO,
