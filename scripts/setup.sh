@@ -2,10 +2,12 @@
 # Install everything insandbox needs on a Debian or Ubuntu machine (run as root), idempotently:
 #   system packages (Docker engine, debootstrap, Python venv, a C++ toolchain) -> a running Docker
 #   engine -> the llama.cpp wheel for the embedded model (built once, cached) -> .venv with
-#   insandbox[dev,local,bench] -> the sandbox image.
+#   insandbox[dev,local,bench,rl,verl] (torch pinned first) -> the sandbox image.
 # Re-running it only does what is missing.
 #
-# Env: INSANDBOX_EXTRAS        pip extras to install (default: dev,local,bench)
+# Env: INSANDBOX_EXTRAS        pip extras to install (default: dev,local,bench,rl,verl)
+#      INSANDBOX_TORCH         the torch to install before the rl/verl extras (default torch==2.13.0, the CPU
+#                              build on this kind of machine; a plain `torch` pulls several GB of CUDA packages)
 #      INSANDBOX_WHEEL_CACHE   where the built llama-cpp-python wheel is kept (default ~/.cache/insandbox/wheels)
 #      INSANDBOX_LLAMA_VERSION llama-cpp-python version to build (default 0.3.36)
 #      INSANDBOX_SKIP_IMAGE=1  do not build the sandbox image
@@ -58,7 +60,7 @@ if [ ! -x .venv/bin/python ]; then
   log "creating .venv"
   python3 -m venv .venv
 fi
-extras=${INSANDBOX_EXTRAS:-dev,local,bench}
+extras=${INSANDBOX_EXTRAS:-dev,local,bench,rl,verl}
 wheel=""
 if [[ ",$extras," == *",local,"* ]]; then
   # llama.cpp for the embedded model. A native build crashes on machines whose CPU reports
@@ -82,8 +84,22 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   log "installing insandbox[$extras] into .venv"
   pipq install --upgrade pip
   if [ -n "$wheel" ]; then pipq install "$wheel"; fi
-  pipq install -e ".[$extras]"
+  constraints=.venv/.insandbox-constraints.txt
+  : >"$constraints"
+  if [[ ",$extras," == *",rl,"* || ",$extras," == *",verl,"* ]]; then
+    # the RL stack needs torch; install the chosen build first and hold it there, so that no
+    # dependency replaces it with a CUDA build
+    if ! .venv/bin/python -c "import torch" >/dev/null 2>&1; then
+      log "installing ${INSANDBOX_TORCH:-torch==2.13.0}"
+      pipq install "${INSANDBOX_TORCH:-torch==2.13.0}"
+    fi
+    .venv/bin/python -c "import torch; print('torch==' + torch.__version__)" >"$constraints"
+  fi
+  pipq install -c "$constraints" -e ".[$extras]"
   .venv/bin/python -c "import insandbox.cli${wheel:+, llama_cpp}" || { echo "insandbox did not install" >&2; exit 1; }
+  if grep -q "torch" "$constraints"; then
+    .venv/bin/python -c "import torch, trl, transformers" || { echo "the RL extras did not install" >&2; exit 1; }
+  fi
   echo "$want" >"$stamp"
 fi
 

@@ -23,6 +23,15 @@ image_app = typer.Typer(no_args_is_help=True, help="Build and inspect the sandbo
 app.add_typer(image_app, name="image")
 
 
+def _add_rl() -> None:
+    from .rl.cli import app as rl_app
+
+    app.add_typer(rl_app, name="rl")
+
+
+_add_rl()
+
+
 class BadArgument(Exception):
     """Exit 2 with this one line."""
 

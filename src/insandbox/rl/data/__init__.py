@@ -1,0 +1,1 @@
+"""Context tasks from public reading-comprehension data (`insandbox rl build-data`)."""

@@ -1,0 +1,1 @@
+"""Trainers: GRPO with TRL (trl.py), an agent loop and a recipe for verl (verl_agent_loop.py)."""
