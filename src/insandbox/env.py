@@ -204,21 +204,24 @@ class SandboxEnv:
             nudge_reason = ("your tool call could not be read: " + "; ".join(parse_errors) if parse_errors
                             else "your reply had no tool call")
         ep.after_step(tokens, submitted, _signature(observations, nudge_reason))
-        messages = self._messages(observations, parse_errors or [], nudge_reason, as_text)
-        if not ep.done:
-            messages[-1]["content"] += "\n\n" + self.steps_note()
+        note = "" if ep.done else self.steps_note()
+        messages = self._messages(observations, parse_errors or [], nudge_reason, as_text, note)
         return StepResult(messages, observations, ep.done, ep.submitted, nudge_reason is not None, tool_time,
                           ep.exit_reason, ep.exit_detail, nudge_reason)
 
     @staticmethod
     def _messages(observations: list[Observation], parse_errors: list[str], nudge_reason: Optional[str],
-                  as_text: bool) -> list[dict]:
+                  as_text: bool, note: str) -> list[dict]:
+        """What goes back to the model; the steps-left note ends the last result (inside its block)."""
+        tail = f"\n\n{note}" if note else ""
         if nudge_reason is not None:
-            return [{"role": "user", "content": f"{nudge_reason[0].upper()}{nudge_reason[1:]}. {NUDGE}"}]
+            return [{"role": "user", "content": f"{nudge_reason[0].upper()}{nudge_reason[1:]}. {NUDGE}{tail}"}]
+        outputs = [o.output.text for o in observations]
+        outputs[-1] += tail
         if as_text:
-            extra = "".join(f"\nA <tool_call> block could not be read: {e}" for e in parse_errors)
-            return [tool_response_message([o.output.text for o in observations], extra.strip())]
-        return [{"role": "tool", "tool_call_id": o.call.id, "content": o.output.text} for o in observations]
+            extra = "".join(f"\nA tool call could not be read: {e}" for e in parse_errors)
+            return [tool_response_message(outputs, extra.strip())]
+        return [{"role": "tool", "tool_call_id": o.call.id, "content": out} for o, out in zip(observations, outputs)]
 
     def steps_note(self) -> str:
         left = self.steps_left
@@ -229,11 +232,12 @@ class SandboxEnv:
     # ------------------------------------------------------------------ results
     async def read_answer(self) -> Optional[str]:
         """The answer file's text: {working_dir}/answer.txt, else {output_dir}/answer.txt."""
-        return await self._answer([])
+        return await self.answer_file([])
 
-    async def _answer(self, skipped: list[Skipped]) -> Optional[str]:
-        """Never blocks and never fails: an answer file that cannot be read (a dangling link, a FIFO,
-        a directory, too big) is recorded in `skipped` and the next place is tried."""
+    async def answer_file(self, skipped: list[Skipped]) -> Optional[str]:
+        """The answer file's text. Never blocks and never fails: an answer file that cannot be read
+        (a dangling link, a FIFO, a directory, too big) is recorded in `skipped` and the next place
+        is tried."""
         if self.sandbox is None or not self._started:
             return None
         p = self.config.prompts
@@ -267,7 +271,7 @@ class SandboxEnv:
     async def collect(self, files_dir: Path) -> Collected:
         """The answer and the output files, with everything that was left behind and why."""
         out = Collected()
-        out.answer = await self._answer(out.skipped)
+        out.answer = await self.answer_file(out.skipped)
         copied = await self.collect_outputs(files_dir)
         out.files = copied.files
         out_dir = self.config.prompts.output_dir.rstrip("/")

@@ -1,11 +1,17 @@
-"""Tool calls written as text, for servers started without a tool-call parser.
+"""Tool calls written as text: by servers started without a tool-call parser, and by a policy
+whose tokens we sample ourselves (RL rollouts). Three forms, the same rules and messages for all:
 
-Hermes-style models (Qwen, many fine-tunes) write
-    <tool_call>{"name": "execute_bash", "arguments": {"command": "ls"}}</tool_call>
-in their content. We read those blocks as calls to run. The turn itself goes back to the
-server exactly as written and the results as a user message of <tool_response> blocks
-(`tool_response_message`): a server without a tool parser often has a chat template that
-ignores structured `tool_calls` and `tool` messages, and the model must see its own calls.
+    Hermes (Qwen, many fine-tunes)
+        <tool_call>{"name": "execute_bash", "arguments": {"command": "ls"}}</tool_call>
+    Qwen3-Coder
+        <tool_call><function=execute_bash><parameter=command>ls</parameter></function></tool_call>
+    bare JSON (a reply that is nothing but the call, or a list of calls, maybe in a ```json fence)
+        {"name": "execute_bash", "arguments": {"command": "ls"}}
+
+The turn itself goes back to the server exactly as written and the results as a user message
+of <tool_response> blocks (`tool_response_message`): a server without a tool parser often has a
+chat template that ignores structured `tool_calls` and `tool` messages, and the model must see
+its own calls.
 """
 from __future__ import annotations
 
@@ -17,6 +23,9 @@ from typing import Optional
 from ..tools.base import ToolCall
 
 BLOCK = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
+FUNCTION = re.compile(r"<function=([^>\s]+)>(.*?)(?:</function>|$)", re.DOTALL)
+PARAMETER = re.compile(r"<parameter=([^>\s]+)>\n?(.*?)\n?(?:</parameter>|(?=<parameter=)|$)", re.DOTALL)
+FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
 
 
 def new_call_id() -> str:
@@ -24,25 +33,85 @@ def new_call_id() -> str:
 
 
 def parse_text_tool_calls(content: Optional[str]) -> tuple[list[ToolCall], str, list[str]]:
-    """Returns (calls, content without the blocks, errors for blocks that did not parse)."""
-    if not content or "<tool_call>" not in content:
+    """Returns (calls, content without the calls, errors for calls that could not be read)."""
+    if not content:
         return [], content or "", []
-    calls, errors = [], []
-    for block in BLOCK.findall(content):
-        block = block.strip().removeprefix("```json").removeprefix("```").removesuffix("```").strip()
+    if "<tool_call>" in content:
+        calls, errors = [], []
+        for block in BLOCK.findall(content):
+            call, error = _read_block(block)
+            if call is not None:
+                calls.append(call)
+            else:
+                errors.append(error)
+        return calls, BLOCK.sub("", content).strip(), errors
+    return _read_bare_json(content)
+
+
+def _read_block(block: str) -> tuple[Optional[ToolCall], str]:
+    block = block.strip()
+    if block.startswith("<function="):
+        return _read_xml_call(block)
+    fenced = FENCE.match(block)
+    block = fenced.group(1) if fenced else block
+    try:
+        obj = json.loads(block)
+    except ValueError as e:
+        return None, f"a <tool_call> block is not valid JSON ({e}): {block[:200]}"
+    return _call_of(obj, block)
+
+
+def _call_of(obj: object, text: str) -> tuple[Optional[ToolCall], str]:
+    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
+        return None, f'a tool call needs {{"name": ..., "arguments": {{...}}}}: {text[:200]}'
+    args = obj.get("arguments", obj.get("parameters", {}))
+    arguments = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+    return ToolCall(id=new_call_id(), name=obj["name"], arguments=arguments), ""
+
+
+def _read_xml_call(block: str) -> tuple[Optional[ToolCall], str]:
+    m = FUNCTION.match(block)
+    if m is None:
+        return None, f"a <tool_call> block with <function=...> could not be read: {block[:200]}"
+    args = {name: _xml_value(value) for name, value in PARAMETER.findall(m.group(2))}
+    return ToolCall(id=new_call_id(), name=m.group(1), arguments=json.dumps(args, ensure_ascii=False)), ""
+
+
+def _xml_value(text: str) -> object:
+    """Parameters are text; a JSON number, list or object in one stays what it is (view_range=[1, 20])."""
+    stripped = text.strip()
+    if stripped[:1] in "[{" or re.fullmatch(r"-?\d+", stripped):
         try:
-            obj = json.loads(block)
-        except ValueError as e:
-            errors.append(f"a <tool_call> block is not valid JSON ({e}): {block[:200]}")
-            continue
-        if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
-            errors.append(f'a <tool_call> block needs {{"name": ..., "arguments": {{...}}}}: {block[:200]}')
-            continue
-        args = obj.get("arguments", obj.get("parameters", {}))
-        arguments = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
-        calls.append(ToolCall(id=new_call_id(), name=obj["name"], arguments=arguments))
-    rest = BLOCK.sub("", content).strip()
-    return calls, rest, errors
+            return json.loads(stripped)
+        except ValueError:
+            pass
+    return text
+
+
+def _read_bare_json(content: str) -> tuple[list[ToolCall], str, list[str]]:
+    """A reply that is only a call (or a list of calls) as JSON; anything else is no call."""
+    text = content.strip()
+    fenced = FENCE.match(text)
+    text = fenced.group(1) if fenced else text
+    if not text.startswith(("{", "[")):
+        return [], content, []
+    try:
+        obj = json.loads(text)
+    except ValueError as e:
+        if '"name"' in text:  # meant as a call
+            return [], content, [f"the reply looks like a tool call but is not valid JSON ({e}): {text[:200]}"]
+        return [], content, []
+    items = obj if isinstance(obj, list) else [obj]
+    if not items or not all(isinstance(x, dict) and "name" in x for x in items):
+        return [], content, []
+    calls, errors = [], []
+    for item in items:
+        call, error = _call_of(item, json.dumps(item)[:200])
+        if call is not None:
+            calls.append(call)
+        else:
+            errors.append(error)
+    return calls, "", errors
 
 
 def tool_response_message(outputs: list[str], extra: str = "") -> dict:

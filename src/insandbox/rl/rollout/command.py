@@ -1,15 +1,99 @@
-"""`insandbox rl rollout`."""
+"""`insandbox rl rollout`: token-level rollouts of task rows, one JSONL record per rollout.
+
+    insandbox rl rollout --data tasks/rows.jsonl --out runs/rollouts --n 4 --concurrency 8          # embedded model
+    insandbox rl rollout --data rows.jsonl --out out --model ./my-checkpoint                        # transformers
+
+Writes OUT/rollouts.jsonl (RolloutRecord per line, written as each finishes) and OUT/summary.json
+(reward per group, exit reasons, rollouts per minute, sandbox share of rollout time, and the
+decode check of every record).
+"""
 from __future__ import annotations
 
+import json
+import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
 
 def rollout(
-    data: Annotated[Path, typer.Option(help="Task rows (JSONL).")],
-    out: Annotated[Path, typer.Option(help="Output folder.")],
+    data: Annotated[Path, typer.Option(help="Task rows (JSONL, as written by `insandbox rl build-data`).")],
+    out: Annotated[Path, typer.Option(help="Output folder (rollouts.jsonl, summary.json).")],
+    n: Annotated[int, typer.Option(help="Rollouts per task (a GRPO group).")] = 1,
+    concurrency: Annotated[int, typer.Option(help="Rollouts in flight at once, each in its own sandbox.")] = 8,
+    limit: Annotated[Optional[int], typer.Option(help="Only the first N rows.")] = None,
+    model: Annotated[Optional[str], typer.Option(help="A transformers model folder (or hub name when online); "
+                                                      "default: the embedded GGUF model through llama.cpp.")] = None,
+    gguf: Annotated[Optional[Path], typer.Option(help="A GGUF model through llama.cpp (default: the embedded "
+                                                      "SmolLM2-135M-Instruct).")] = None,
+    max_turns: Annotated[int, typer.Option(help="Model turns per rollout.")] = 8,
+    max_response_tokens: Annotated[int, typer.Option(help="Model and environment tokens after the prompt.")] = 4096,
+    max_tokens_per_turn: Annotated[int, typer.Option(help="Tokens the model may sample per turn.")] = 512,
+    temperature: Annotated[float, typer.Option(help="Sampling temperature (0: greedy).")] = 1.0,
+    top_p: Annotated[float, typer.Option(help="Nucleus sampling.")] = 1.0,
+    timeout: Annotated[float, typer.Option(help="Seconds a whole rollout may take.")] = 900.0,
+    image: Annotated[str, typer.Option(help="Sandbox image.")] = "insandbox:latest",
+    multi_choice: Annotated[str, typer.Option(help="Multi-choice reward: exact (the set) or f1.")] = "exact",
+    open_answer: Annotated[str, typer.Option("--open", help="Open-answer reward: exact or f1.")] = "exact",
+    seed: Annotated[int, typer.Option(help="Sampler seed.")] = 0,
 ) -> None:
     """Run token-level rollouts of task rows in sandboxes and write one record per rollout."""
-    raise typer.Exit(2)
+    from ...cli import _fail, _run_until_done
+    from ..rewards import RewardConfig
+    from .runner import RolloutConfig
+
+    if not data.is_file():
+        _fail(f"--data {data}: no such file")
+    try:
+        rows = [json.loads(line) for line in data.read_text(encoding="utf-8").splitlines() if line.strip()]
+    except ValueError as e:
+        _fail(f"--data {data}: not JSONL ({e})")
+    rows = rows[:limit] if limit else rows
+    if not rows:
+        _fail(f"--data {data}: no rows")
+    try:
+        config = RolloutConfig(max_turns=max_turns, max_response_tokens=max_response_tokens,
+                               max_tokens_per_turn=max_tokens_per_turn, temperature=temperature, top_p=top_p,
+                               timeout_s=timeout, image=image)
+        reward = RewardConfig(multi_choice=multi_choice, open=open_answer)
+    except ValueError as e:
+        from pydantic import ValidationError
+
+        from ...config import describe
+        _fail(describe(e) if isinstance(e, ValidationError) else str(e))
+    result, sig = _run_until_done(lambda: run_rollouts(rows, out, config, reward, n, concurrency, model, gguf, seed))
+    if sig is not None:
+        raise typer.Exit(128 + sig)
+    typer.echo(json.dumps(result["summary"], indent=1))
+
+
+async def run_rollouts(rows: list[dict], out: Path, config, reward, n: int, concurrency: int,
+                       model: Optional[str], gguf: Optional[Path], seed: int) -> dict:
+    from ...config import RunConfig
+    from ...runner import prepare_sandbox
+    from .backends import load_policy
+    from .check import check_record
+    from .runner import Rollouts
+    from .summary import summarize
+
+    await prepare_sandbox(RunConfig(image=config.image, build_image=True))
+    tokenizer, generate = load_policy(model=model, gguf=gguf, seed=seed)
+    rollouts = Rollouts(tokenizer, config, reward)
+    out.mkdir(parents=True, exist_ok=True)
+    problems: dict[str, list[str]] = {}
+    with open(out / "rollouts.jsonl", "w", encoding="utf-8") as f:
+        def write(record) -> None:
+            found = check_record(record, rollouts.chat)
+            if found:
+                problems[record.id] = found
+            f.write(record.model_dump_json() + "\n")
+            f.flush()
+
+        t0 = time.perf_counter()
+        records = await rollouts.run_groups(rows, generate, n=n, concurrency=concurrency, on_record=write)
+        wall = time.perf_counter() - t0
+    summary = summarize(records, wall)
+    summary["decode_check"] = {"records": len(records), "mismatches": len(problems), "problems": problems}
+    (out / "summary.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
+    return {"records": records, "summary": summary}
