@@ -76,6 +76,12 @@ def test_an_exception_is_an_error_reply_and_the_worker_is_kept(pool):
     assert pool.call(["pid"], 10).result == first
 
 
+def test_arguments_that_are_not_json_are_an_error_reply_and_cost_no_worker(pool):
+    first = pool.call(["pid"], 10).result
+    assert pool.call(["echo", {1, 2}], 10).error == "TypeError: Object of type set is not JSON serializable"
+    assert pool.call(["pid"], 10).result == first
+
+
 def test_what_a_target_prints_does_not_corrupt_replies(pool):
     assert pool.call(["noisy", {"a": [1, "\udcff"]}], 10).result == {"a": [1, "\udcff"]}  # a lone surrogate too
 

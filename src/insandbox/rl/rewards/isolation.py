@@ -68,12 +68,12 @@ class _Worker:
             self.kill()
             raise WorkerFailure(f"scoring worker failed to start: {hello.get('error')}")
 
-    def call(self, args: list, timeout_s: float) -> dict:
-        self._send({"args": args, "timeout_s": timeout_s})
+    def call(self, request: bytes, timeout_s: float) -> dict:
+        self._send(request)
         return self._receive(timeout_s, "scoring")
 
-    def _send(self, message: dict) -> None:
-        data = memoryview((json.dumps(message) + "\n").encode())
+    def _send(self, request: bytes) -> None:
+        data = memoryview(request)
         try:
             while data:
                 data = data[os.write(self.proc.stdin.fileno(), data):]
@@ -97,7 +97,10 @@ class _Worker:
                 raise WorkerFailure(f"scoring worker died while {doing} (exit code {code})")
             self._buffer += chunk
         line, _, self._buffer = self._buffer.partition(b"\n")
-        return json.loads(line)
+        try:
+            return json.loads(line)
+        except ValueError:
+            raise WorkerFailure(f"unreadable reply from a scoring worker: {line[:200]!r}") from None
 
     def signal_kill(self) -> None:
         """Kill the process only: safe from any thread (the pipes stay with the thread using them)."""
@@ -135,13 +138,17 @@ class WorkerPool:
 
     def call(self, args: list, timeout_s: float) -> Reply:
         """Run target(*args) in a worker; never raises for anything the worker or the target does."""
+        try:  # before taking a worker: arguments that are not JSON must not cost one
+            request = (json.dumps({"args": args, "timeout_s": timeout_s}) + "\n").encode()
+        except (TypeError, ValueError) as e:
+            return Reply(error=f"{type(e).__name__}: {e}")
         worker = self._take()
         started = time.monotonic()
         try:
             if worker is None:
                 worker = self._start()
                 started = time.monotonic()  # a new worker's start-up is not the request's time
-            reply = worker.call(args, timeout_s)
+            reply = worker.call(request, timeout_s)
         except WorkerFailure as e:
             self._give_back(worker, broken=True)
             return Reply(error=str(e), seconds=time.monotonic() - started)
