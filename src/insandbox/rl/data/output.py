@@ -75,7 +75,7 @@ def manifest(result: Build, jsonl_sha256: str) -> dict[str, Any]:
             "by_qa_type": _counts(rows, "qa_type"),
             "by_answer_type": _counts([r for r in rows if r["qa_type"] == "open"], "answer_type"),
             "by_source_and_qa_type": _counts(rows, "source", "qa_type"),
-            "documents_per_task": _counts([{"n": len(r["input_files"])} for r in rows], "n"),
+            "documents_per_task": {str(n): c for n, c in sorted(Counter(len(r["input_files"]) for r in rows).items())},
         },
         "sources": {s.name: {"folder": s.folder, "domain": s.domain, "items": s.items, "tasks": s.tasks,
                              "skipped": s.skipped, "fewer_distractors": s.fewer_distractors}

@@ -39,12 +39,15 @@ def _files(folder: Path) -> list[Path]:
 
 
 def handle(problem: str) -> str:
-    """The quote that finds the problem: its last sentence (usually the question), or its
-    opening words when the last sentence is too short to be told apart."""
+    """The quote that finds the problem: its last question sentence, else its last sentence,
+    or its opening words when that is the whole problem or too short to tell problems apart."""
     text = one_line(problem)
     sentences = re.split(r"(?<=[.?!])\s+(?=[A-Z0-9(\[])", text)
-    if len(sentences) > 1 and len(sentences[-1].split()) >= HANDLE_MIN_WORDS:
-        return sentences[-1]
+    if len(sentences) > 1:
+        wordy = [s for s in sentences[1:] if len(re.findall(r"[A-Za-z]{2,}", s)) >= HANDLE_MIN_WORDS]
+        questions = [s for s in wordy if s.endswith("?")]
+        if questions or wordy:
+            return (questions or wordy)[-1]
     return " ".join(text.split()[:12])
 
 

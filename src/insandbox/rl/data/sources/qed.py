@@ -51,7 +51,9 @@ def read(folder: Path, options: ReadOptions, skips: Skips) -> Iterator[Item]:
                     continue
                 answers = dedupe([detokenise(a) for a in raw] + raw)
                 paragraph = detokenise(row["paragraph_text"])
-                yield Item(uid=f"{split}-{slug(str(row['example_id']))}", context=paragraph,
+                # example ids are signed: "n" keeps -5 apart from 5 in an id made of [A-Za-z0-9._-]
+                example = slug(str(row["example_id"]).replace("-", "n"))
+                yield Item(uid=f"{split}-{example}", context=paragraph,
                            parts=[Part(clean_document(paragraph))],
                            forms=[Form("open", sentence_case(row["question_text"]).rstrip("?") + "?", answers=answers)],
                            origin=f"{path.name}:{n}")
