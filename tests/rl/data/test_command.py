@@ -62,6 +62,8 @@ def test_other_bad_arguments_exit_2(tmp_path):
     assert "MIN-MAX" in _one_line_error(cli("rl", "build-data", "--sources", good, "--out", out,
                                             "--distractors", "many"))
     assert "essay" in _one_line_error(cli("rl", "build-data", "--sources", good, "--out", out, "--qa-types", "essay"))
+    assert "no tasks" in _one_line_error(cli("rl", "build-data", "--sources", good, "--out", out, "--qa-types",
+                                             "multi-choice"))  # QED has open questions only
     second = str(tiny.qed(tmp_path / "again"))
     assert "two source folders are qed" in _one_line_error(cli("rl", "build-data", "--sources", good, second,
                                                                "--out", out))

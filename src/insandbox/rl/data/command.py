@@ -1,7 +1,7 @@
 """`insandbox rl build-data`: context tasks from reading-comprehension source folders.
 
-Exit status: 0 written; 1 writing failed; 2 bad arguments or an unusable source folder (one
-line on stderr, nothing written).
+Exit status: 0 written; 1 writing failed; 2 bad arguments, an unusable source folder, or no
+task to write (one line on stderr, nothing written).
 """
 from __future__ import annotations
 
@@ -34,13 +34,16 @@ def _source_folders(paths: list[Path]) -> tuple[list[Path], list[Path]]:
 
 def build_data(
     sources: Annotated[list[Path], typer.Option(
-        "--sources", help="Source folders, one per source (qed, wikitablequestions, fairytaleqa, mctest, race, logiqa, "
-                          "aqua, tweeteval), in any order; the paths that follow it count too, so a shell glob works "
-                          "(plain files among them are skipped).", show_default=False)],
-    out: Annotated[Path, typer.Option(help="Output folder: tasks.jsonl, dataset/ (datasets save_to_disk) and "
-                                           "manifest.json.", show_default=False)],
+        "--sources", metavar="DIR", show_default=False,
+        help="Source folders, one per source (qed, wikitablequestions, fairytaleqa, mctest, race, logiqa, aqua, "
+             "tweeteval), in any order; the paths that follow it count too, so a shell glob works (plain files among "
+             "them are skipped).")],
+    out: Annotated[Path, typer.Option(
+        metavar="DIR", show_default=False,
+        help="Output folder: tasks.jsonl, dataset/ (datasets save_to_disk) and manifest.json.")],
     more_sources: Annotated[Optional[list[Path]], typer.Argument(
-        help="More source folders (what a glob after --sources expands to).", show_default=False)] = None,
+        metavar="DIR", show_default=False,
+        help="More source folders (what a glob after --sources expands to).")] = None,
     seed: Annotated[int, typer.Option(help="Seed of every random choice; the same inputs, seed and options give "
                                            "byte-identical tasks.jsonl.")] = 0,
     limit: Annotated[Optional[int], typer.Option(help="Tasks per source at most (a seeded sample; default: all).",
@@ -92,6 +95,9 @@ def build_data(
         result = build(folders, settings)
     except SourceError as e:
         _fail(str(e))
+    if not result.rows:
+        _fail(f"no tasks: nothing in {', '.join(s.name for s in result.sources)} fits --qa-types "
+              f"{','.join(settings.qa_types)} and the other options")
     try:
         record = write(result, out)
     except OSError as e:

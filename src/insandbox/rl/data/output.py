@@ -86,14 +86,15 @@ def manifest(result: Build, jsonl_sha256: str) -> dict[str, Any]:
 
 
 def save_dataset(rows: list[dict[str, Any]], path: Path, fingerprint: str) -> None:
-    """The rows as a `datasets` dataset; `fingerprint` (the JSONL's hash) spares hashing the
-    table, which takes longer than writing it, and keeps the folder the same between builds."""
+    """The rows (at least one: `datasets` cannot load an empty save) as a `datasets` dataset;
+    `fingerprint` (the JSONL's hash) spares hashing the table, which takes longer than writing
+    it, and keeps the folder the same between builds."""
     import datasets  # slow to import: only when writing
     import pyarrow as pa
 
     text = datasets.Value("string")
     listed = {"options", "aliases", "example_ids"}
-    columns = list(rows[0]) if rows else ["id", "problem_statement", "ground_truth", "input_files"]
+    columns = list(rows[0])
     features = datasets.Features({c: datasets.Sequence(text) if c in listed else text for c in columns})
     data = {c: [json.dumps(r[c], ensure_ascii=False) if c == "input_files" else r[c] for r in rows] for c in columns}
     table = pa.Table.from_pydict(data, schema=features.arrow_schema)
@@ -108,6 +109,8 @@ def save_dataset(rows: list[dict[str, Any]], path: Path, fingerprint: str) -> No
 
 def write(result: Build, out: Path) -> dict[str, Any]:
     """Write the three outputs (replacing earlier ones of the same names); returns the manifest."""
+    if not result.rows:
+        raise ValueError("no rows to write")
     out.mkdir(parents=True, exist_ok=True)
     text = jsonl_text(result.rows)
     (out / JSONL).write_text(text, encoding="utf-8")
