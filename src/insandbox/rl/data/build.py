@@ -6,6 +6,7 @@ a seeded shuffle, so the same folders, seed and settings give the same rows.
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -66,12 +67,11 @@ def build_source(reader: Reader, folder: Path, settings: Settings) -> tuple[list
     skips = Skips()
     items: list[Item] = list(reader.read(folder, ReadOptions(seeded(settings, reader.name, "read"),
                                                              settings.qa_types), skips))
-    uids = [it.uid for it in items]
-    if len(set(uids)) != len(uids):
-        dup = next(u for u in uids if uids.count(u) > 1)
-        raise SourceError(f"source folder {folder}: two {reader.name} items have the id {dup}")
     report.items = len(items)
     tasks = make_tasks(items, reader, settings, skips)
+    ids = Counter(t.id for t in tasks)
+    if len(ids) != len(tasks):  # the rows' ids must be unique; a reader names its items
+        raise SourceError(f"source folder {folder}: two {reader.name} tasks have the id {ids.most_common(1)[0][0]}")
     seeded(settings, reader.name, "order").shuffle(tasks)
     if settings.limit is not None:
         tasks = tasks[:settings.limit]

@@ -54,7 +54,7 @@ def read(folder: Path, options: ReadOptions, skips: Skips) -> Iterator[Item]:
         if not spath.is_file():
             skips.add("story file missing", len(questions))
             continue
-        parts = _sections(spath)
+        parts, where = _sections(spath), qpath.relative_to(folder).as_posix()
         if not parts:
             skips.add("story file empty", len(questions))
             continue
@@ -67,7 +67,7 @@ def read(folder: Path, options: ReadOptions, skips: Skips) -> Iterator[Item]:
             # question_id repeats in a few files: the row number is what identifies a question
             yield Item(uid=f"{split}-{slug(story)}-{n}", context=f"{split}/{story}", parts=parts,
                        forms=[Form("open", question, answers=answers)], ordered=True,
-                       origin=f"{qpath.relative_to(folder)}#row{n}")
+                       origin=f"{where}#row{n}")
 
 
 READER = Reader(name="fairytaleqa", domain="fiction", material="story",

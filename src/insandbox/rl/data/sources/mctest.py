@@ -56,6 +56,7 @@ def read(folder: Path, options: ReadOptions, skips: Skips) -> Iterator[Item]:
                 if ln.strip()]
         if len(keys) != len(lines):
             raise SourceError(f"{ans_path}: {len(keys)} answer lines for {len(lines)} stories in {path.name}")
+        where = path.relative_to(folder).as_posix()
         for n, (line, key) in enumerate(zip(lines, keys), 1):
             fields = line.split("\t")
             if len(fields) != 23 or len(key) != 4:
@@ -69,7 +70,7 @@ def read(folder: Path, options: ReadOptions, skips: Skips) -> Iterator[Item]:
                 yield Item(uid=f"{slug(story_id)}-q{q + 1}", context=story_id, parts=[Part(story)],
                            forms=[Form("single-choice", question_text(question), choices=[one_line(c) for c in choices],
                                        correct=[LETTERS.index(letter)])],
-                           origin=f"{path.relative_to(folder)}:{n}#q{q + 1}", mergeable=True)
+                           origin=f"{where}:{n}#q{q + 1}", mergeable=True)
 
 
 READER = Reader(name="mctest", domain="fiction", material="story", layout="mc160/mc500 *.tsv with their .ans files",

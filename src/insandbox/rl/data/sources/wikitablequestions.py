@@ -116,6 +116,7 @@ def read(folder: Path, options: ReadOptions, skips: Skips) -> Iterator[Item]:
     seen: set[str] = set()
     tables: dict[str, Optional[tuple[list[list[str]], Part]]] = {}  # read once, shared by its questions
     for path in _question_files(folder):
+        where = path.relative_to(folder).as_posix()
         with path.open(encoding="utf-8", newline="") as f:
             lines = f.read().split("\n")
         for n, line in enumerate(lines[1:], 2):
@@ -152,7 +153,7 @@ def read(folder: Path, options: ReadOptions, skips: Skips) -> Iterator[Item]:
                     continue
                 form.question = question
             yield Item(uid=slug(qid), context=context, parts=[part], forms=[form],
-                       origin=f"{path.relative_to(folder)}:{n}")
+                       origin=f"{where}:{n}")
 
 
 READER = Reader(name="wikitablequestions", domain="encyclopedia", material="table",
