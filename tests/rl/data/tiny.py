@@ -137,7 +137,7 @@ def logiqa(root: Path) -> Path:
     blocks = []
     for k in range(6):
         passage = f"All {ANIMALS[k]}s in the valley are {COLOURS[k]}.Some of them can swim."
-        options = [f"A.Some {ANIMALS[k]}s are {COLOURS[k]}.", f"B.No {ANIMALS[k]} swims.",
+        options = [f"A.Some {ANIMALS[k]}s are {COLOURS[k]}.", f"B.No {ANIMALS[k]} swims..",
                    f"C.Every {ANIMALS[k]} flies.", "D.The valley is empty."]
         if k == 1:
             options = [f"A No {ANIMALS[k]} is grey.", "b.Some swim.", f"Most of the {ANIMALS[k]}s on the C.S hill.",
@@ -172,14 +172,15 @@ IRONY = {0: [f"plain tweet number {i} about the {ANIMALS[i % 8]}" for i in range
 
 
 def tweeteval(root: Path) -> Path:
-    """datasets/irony (train, val, test; 60 tweets, 30 per label) and datasets/stance/abortion
+    """datasets/irony (train, val, test; 60 tweets, 30 per label, and an empty one) and datasets/stance/abortion
     with the shared stance mapping.txt; the val split of stance has no text file."""
     folder = root / "tweeteval"
     irony = folder / "datasets" / "irony"
     irony.mkdir(parents=True)
     (irony / "mapping.txt").write_text("0\tnon_irony\n1\tirony")
     pairs = [(t, lab) for lab, texts in IRONY.items() for t in texts]
-    for split, chunk in (("train", pairs[0::3]), ("val", pairs[1::3]), ("test", pairs[2::3])):
+    train = [(" ", 1)] + pairs[0::3]  # an empty tweet, as hate/ has some
+    for split, chunk in (("train", train), ("val", pairs[1::3]), ("test", pairs[2::3])):
         (irony / f"{split}_text.txt").write_text("".join(t + " \n" for t, _ in chunk))
         (irony / f"{split}_labels.txt").write_text("".join(f"{lab}\n" for _, lab in chunk))
     stance = folder / "datasets" / "stance"

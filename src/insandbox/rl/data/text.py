@@ -23,8 +23,9 @@ def one_line(text: str) -> str:
 
 def tidy_question(text: str) -> str:
     """One line, without the stray full stops some sources leave after the end ("driving?.",
-    "likes _ .   .")."""
+    "likes _ .   .", "activity..")."""
     text = re.sub(r"([.?!])(?:\s+\.)+(?=\s|$)", r"\1", one_line(text))  # ". ." but not an ellipsis
+    text = re.sub(r"(?<!\.)\.\.(?=\s|$)", ".", text)
     return re.sub(r"([?!])\.(?=\s|$)", r"\1", text)
 
 

@@ -68,7 +68,7 @@ def read(folder: Path, options: ReadOptions, skips: Skips) -> Iterator[Item]:
             passage = unglue(one_line(passage))
             yield Item(uid=f"{path.stem.lower()}-{k}", context=passage, parts=[Part(clean_document(passage))],
                        forms=[Form("single-choice", unglue(tidy_question(question)),
-                                   choices=[unglue(one_line(strip_mark(o, x))) for o, x in zip(opts, LETTERS)],
+                                   choices=[unglue(tidy_question(strip_mark(o, x))) for o, x in zip(opts, LETTERS)],
                                    correct=[LETTERS.index(letter.strip().upper())])],
                        origin=f"{path.name}:{n}")
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..items import Form, Item, Part, ReadOptions, Skips
-from ..text import clean_document, one_line, slug, tidy_question
+from ..text import clean_document, slug, tidy_question
 from .reader import Reader, SourceError
 
 _NAME = re.compile(r"mc\d+\.(?:train|dev|test)\.tsv")
@@ -67,9 +67,9 @@ def read(folder: Path, options: ReadOptions, skips: Skips) -> Iterator[Item]:
                 letter = key[q].strip().upper()
                 if letter not in LETTERS:
                     raise SourceError(f"{ans_path}:{n}: {letter!r} is not an option letter")
-                yield Item(uid=f"{slug(story_id)}-q{q + 1}", context=story_id, parts=[Part(story)],
-                           forms=[Form("single-choice", question_text(question), choices=[one_line(c) for c in choices],
-                                       correct=[LETTERS.index(letter)])],
+                form = Form("single-choice", question_text(question), choices=[tidy_question(c) for c in choices],
+                            correct=[LETTERS.index(letter)])
+                yield Item(uid=f"{slug(story_id)}-q{q + 1}", context=story_id, parts=[Part(story)], forms=[form],
                            origin=f"{where}:{n}#q{q + 1}", mergeable=True)
 
 

@@ -49,7 +49,7 @@ def read(folder: Path, options: ReadOptions, skips: Skips) -> Iterator[Item]:
                 skips.add("answer is not one of the options")
                 continue
             yield Item(uid=f"{slug(context)}-q{q}", context=context, parts=[part],
-                       forms=[Form("single-choice", tidy_blank(question), choices=[one_line(o) for o in opts],
+                       forms=[Form("single-choice", tidy_blank(question), choices=[tidy_question(o) for o in opts],
                                    correct=[LETTERS.index(letter)])],
                        origin=f"{rel.as_posix()}#q{q}", mergeable=True)
 

@@ -89,8 +89,8 @@ def label_sets(folder: Path) -> list[LabelSet]:
     return found
 
 
-def tweets(ls: LabelSet) -> list[tuple[str, int, str, int]]:
-    """(text as in the file, label id, split, line number) of every tweet of a label set."""
+def tweets(ls: LabelSet, skips: Skips) -> list[tuple[str, int, str, int]]:
+    """(text as in the file, label id, split, line number) of every non-empty tweet of a label set."""
     out = []
     for split in SPLITS:
         text_path, label_path = ls.folder / f"{split}_text.txt", ls.folder / f"{split}_labels.txt"
@@ -109,7 +109,10 @@ def tweets(ls: LabelSet) -> list[tuple[str, int, str, int]]:
             lid = int(label)
             if not 0 <= lid < len(ls.labels):
                 raise SourceError(f"{label_path}:{n}: label {lid} is not in mapping.txt")
-            out.append((text, lid, split, n))
+            if text.strip():
+                out.append((text, lid, split, n))
+            else:
+                skips.add("empty tweet")
     return out
 
 
@@ -132,7 +135,7 @@ def read(folder: Path, options: ReadOptions, skips: Skips) -> Iterator[Item]:
     kinds = [k for k in ("multi-choice", "single-choice", "open") if k in options.qa_types]
     for ls in label_sets(folder):
         pools: dict[int, list] = {lid: [] for lid in range(len(ls.labels))}
-        for tweet in tweets(ls):
+        for tweet in tweets(ls, skips):
             pools[tweet[1]].append(tweet)
         for pool in pools.values():
             rng.shuffle(pool)
