@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..schema import TaskRow
-from .documents import DistractorPool, files_in_name_order, lay_out
+from .documents import DistractorPool, Layout, files_in_name_order, lay_out
 from .examples import pick_examples
 from .items import Item, ReadOptions, Skips
 from .prompt import ground_truth, letters, problem_statement
@@ -51,7 +51,7 @@ def resolve_sources(folders: list[Path]) -> list[tuple[Reader, Path]]:
     return [found[name] for name in sorted(found)]
 
 
-def _row(task: Task, reader: Reader, layout, examples: list[Task]) -> dict[str, Any]:
+def _row(task: Task, reader: Reader, layout: Layout, examples: list[Task]) -> dict[str, Any]:
     form = task.form
     row = TaskRow(id=task.id, problem_statement=problem_statement(task, layout, reader.material, examples),
                   ground_truth=ground_truth(form), input_files=layout.files, domain=reader.domain,
