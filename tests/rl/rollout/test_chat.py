@@ -68,3 +68,17 @@ def test_a_template_that_rewrites_history_is_refused(smollm_tokenizer):
     tok.chat_template = None
     with pytest.raises(ChatTemplateError, match="no chat template"):
         ChatFormat(tok, TOOLS)
+
+
+def test_the_cached_tokenizer_is_the_ggufs_own(smollm_tokenizer, tmp_path):
+    from insandbox.models.local_server import default_gguf
+    from insandbox.rl.rollout.backends import load_gguf_tokenizer
+
+    first = load_gguf_tokenizer(default_gguf(), cache=tmp_path)  # converted from the GGUF, then saved
+    again = load_gguf_tokenizer(default_gguf(), cache=tmp_path)  # read from the cache
+    assert len(list(tmp_path.iterdir())) == 1
+    text = "Héllo <|im_end|>\n<tool_call>\n{\"a\": 1}\n</tool_call> 数字 42\t\r\n"
+    for tok in (first, again):
+        assert tok.encode(text, add_special_tokens=False) == smollm_tokenizer.encode(text, add_special_tokens=False)
+        assert tok.chat_template == smollm_tokenizer.chat_template
+    assert ChatFormat(again, TOOLS).stop_token_ids == ChatFormat(smollm_tokenizer, TOOLS).stop_token_ids
