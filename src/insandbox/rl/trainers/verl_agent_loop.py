@@ -95,7 +95,7 @@ class InSandboxAgentLoop(AgentLoopBase):
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
         task = task_row(kwargs)
         group = int(kwargs.get("index", 0) or 0)
-        sample = int(kwargs["session_id"]) if "session_id" in kwargs else _next_sample(kwargs.get("uid"))
+        sample = _sample_number(kwargs)
         prompt_ids = self.rollouts.chat.prompt_ids(self.rollouts.env_template.prompts.sandbox_messages(
             str(task["problem_statement"])))
         if len(prompt_ids) > self.prompt_length:  # cutting the prompt would cut the system prompt: refuse
@@ -110,7 +110,7 @@ class InSandboxAgentLoop(AgentLoopBase):
             _append_record(self.settings.records_dir, record, {
                 "global_steps": kwargs.get("global_steps"), "uid": kwargs.get("uid"), "request_id": request_id,
                 "temperature": sampling_params.get("temperature")})
-        return self._output(record, sampler)
+        return self._output(record, sampler, request_id)
 
     def _request_id(self, group: int, sample: int) -> str:
         """One id for all turns of a rollout (verl routes them to one server: its prefix cache holds the context)."""
@@ -118,7 +118,7 @@ class InSandboxAgentLoop(AgentLoopBase):
             return f"insandbox-{group}-{sample}"
         return uuid4().hex
 
-    def _output(self, record: RolloutRecord, sampler: ServerManagerSampler) -> AgentLoopOutput:
+    def _output(self, record: RolloutRecord, sampler: ServerManagerSampler, request_id: str) -> AgentLoopOutput:
         response_ids = record.response_ids[: self.response_length]
         response_mask = record.response_mask[: self.response_length]
         logprobs = None
@@ -136,7 +136,8 @@ class InSandboxAgentLoop(AgentLoopBase):
             "turn_scores": [], "tool_rewards": [],  # the keys verl's own loops fill
             "min_global_steps": sampler.min_global_steps, "max_global_steps": sampler.max_global_steps,
             "reward_extra_info": info,
-            "insandbox": {"record_id": record.id, "task_id": record.task_id, "exit_reason": exit_reason,
+            "insandbox": {"record_id": record.id, "request_id": request_id, "task_id": record.task_id,
+                          "exit_reason": exit_reason,
                           "exit_detail": record.exit_detail, "reward_detail": _jsonable(record.reward_detail),
                           "timings": dict(record.timings)},
         }
@@ -214,10 +215,14 @@ def load_reward_fn(path: str) -> RewardFn:
     return fn
 
 
-def _next_sample(uid: Any) -> int:
-    """The sample number within a group when verl does not give one (its legacy trainer passes no
-    session id): counted per uid in this process (a group split across workers may repeat a number)."""
-    key = str(uid)
+def _sample_number(row: dict[str, Any]) -> int:
+    """The s<k> of the record id: verl's V1 trainer gives the rollout's number in its group (session_id);
+    its legacy trainer gives none, but numbers the step's rollouts (priority, unique in the step);
+    else (a worker driven directly) rollouts are counted per uid in this process."""
+    for key in ("session_id", "priority"):
+        if row.get(key) is not None:
+            return int(row[key])
+    key = str(row.get("uid"))
     _SAMPLES[key] = _SAMPLES.pop(key, -1) + 1
     while len(_SAMPLES) > 10000:
         _SAMPLES.popitem(last=False)
