@@ -211,6 +211,43 @@ def test_manager_runs_the_loop_in_rays_agent_loop_workers(setup):
 def test_loop_refuses_a_prompt_over_verls_prompt_length(setup):
     """A prompt longer than rollout.prompt_length is a data error (cutting it would cut the system
     prompt): the loop says so before a sandbox starts."""
+    loop = build_loop(setup)
+    long_task = {**TASKS[0], "id": "long", "problem_statement": "word " * 3000}
+    with pytest.raises(ValueError, match="rollout.prompt_length=2048"):
+        asyncio.run(loop.run({"temperature": 1.0}, **{TASK_COLUMN: json.dumps(long_task), "index": 0}))
+
+
+def test_loop_output_as_verls_v1_trainer_takes_it(setup):
+    """One rollout without logprobs (calculate_log_probs off), straight from the loop, through what
+    verl's V1 trainer does with an output (as_dict, then the TensorDict it stores); and a rollout that
+    sampled nothing still gives well-formed tensors (one masked token)."""
+    from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
+    from verl.utils.tensordict_utils import list_of_dict_to_tensordict
+
+    loop = build_loop(setup)
+    row = {TASK_COLUMN: json.dumps(TASKS[1]), "index": 1, "session_id": 3, "uid": "uid-v1", "global_steps": 7}
+    output = asyncio.run(loop.run({"temperature": 1.0, "top_p": 1.0, "top_k": -1, "logprobs": False}, **row))
+    assert isinstance(output, AgentLoopOutput) and output.response_logprobs is None
+    assert output.extra_fields["insandbox"]["record_id"] == "city/g1/s3"
+    assert len(output.response_ids) == len(output.response_mask) <= setup["config"].data.max_response_length
+    field = output.as_dict()
+    assert "rollout_log_probs" not in field
+    assert field["rm_scores"][-1] == output.reward_score and int((field["rm_scores"] != 0).sum()) <= 1
+    stored = list_of_dict_to_tensordict([{**field, **row}])
+    assert stored["responses"][0].tolist() == output.response_ids
+
+    empty = RolloutRecord(id="city/g1/s4", task_id="city", prompt_ids=output.prompt_ids, response_ids=[],
+                          response_mask=[], response_logprobs=None, exit_reason="model_error")
+    from insandbox.rl.trainers.verl_sampler import ServerManagerSampler
+
+    blank = loop._output(empty, ServerManagerSampler(setup["client"], {}, "rid"), "rid")
+    assert blank.response_ids == [loop.rollouts.chat.stop_token_ids[0]] and blank.response_mask == [0]
+    assert blank.extra_fields["reward_extra_info"]["failed"] == 1.0
+    assert blank.as_dict()["responses"].shape == (1,)
+
+
+def build_loop(setup) -> InSandboxAgentLoop:
+    """The loop as verl's worker builds it: hydra.utils.instantiate over the agent-loop YAML entry."""
     import hydra
     from omegaconf import OmegaConf
     from verl.experimental.agent_loop.agent_loop import DictConfigWrap
@@ -224,6 +261,4 @@ def test_loop_refuses_a_prompt_over_verls_prompt_length(setup):
         tokenizer=hf_tokenizer(config.actor_rollout_ref.model.path), processor=None, dataset_cls=RLHFDataset,
         data_config=DictConfigWrap(config.data))
     assert isinstance(loop, InSandboxAgentLoop)
-    long_task = {**TASKS[0], "id": "long", "problem_statement": "word " * 3000}
-    with pytest.raises(ValueError, match="rollout.prompt_length=2048"):
-        asyncio.run(loop.run({"temperature": 1.0}, **{TASK_COLUMN: json.dumps(long_task), "index": 0}))
+    return loop
