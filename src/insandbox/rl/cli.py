@@ -14,6 +14,7 @@ COMMANDS = {
     "build-data": "insandbox.rl.data.command:build_data",
     "rollout": "insandbox.rl.rollout.command:rollout",
     "train": "insandbox.rl.trainers.command:train",
+    "verl-data": "insandbox.rl.trainers.verl_data:verl_data",
 }
 
 
