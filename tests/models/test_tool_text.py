@@ -19,3 +19,29 @@ def test_text_tool_calls_hermes_style():
     assert not calls and "not valid JSON" in errors[0]
     assert parse_text_tool_calls("plain answer") == ([], "plain answer", [])
 
+
+
+def test_qwen3_coder_xml_calls():
+    content = ("Looking.\n<tool_call>\n<function=execute_bash>\n<parameter=command>\nls -la /testbed\n</parameter>\n"
+               "</function>\n</tool_call>\n<tool_call><function=str_replace_editor><parameter=command>view"
+               "</parameter><parameter=path>/testbed/a.py</parameter><parameter=view_range>[1, 20]</parameter>"
+               "</function></tool_call>")
+    calls, rest, errors = parse_text_tool_calls(content)
+    assert not errors and rest == "Looking."
+    assert [c.name for c in calls] == ["execute_bash", "str_replace_editor"]
+    assert json.loads(calls[0].arguments) == {"command": "ls -la /testbed"}
+    assert json.loads(calls[1].arguments) == {"command": "view", "path": "/testbed/a.py", "view_range": [1, 20]}
+    calls, _, errors = parse_text_tool_calls("<tool_call><function=>ls</function></tool_call>")
+    assert not calls and "with <function=...> could not be read" in errors[0]
+
+
+def test_bare_json_calls():
+    calls, rest, errors = parse_text_tool_calls('{"name": "execute_bash", "arguments": {"command": "pwd"}}')
+    assert [c.name for c in calls] == ["execute_bash"] and rest == "" and not errors
+    calls, _, _ = parse_text_tool_calls('```json\n[{"name": "submit", "arguments": {}}, '
+                                        '{"name": "execute_bash", "arguments": {"command": "ls"}}]\n```')
+    assert [c.name for c in calls] == ["submit", "execute_bash"]
+    calls, rest, errors = parse_text_tool_calls('{"name": "execute_bash", "arguments": {"command": "pwd"')
+    assert not calls and "looks like a tool call but is not valid JSON" in errors[0]
+    assert parse_text_tool_calls('{"answer": 42}') == ([], '{"answer": 42}', [])  # JSON, but no call
+    assert parse_text_tool_calls("The answer is {x}.") == ([], "The answer is {x}.", [])

@@ -15,6 +15,7 @@ COMMANDS = {
     "rollout": "insandbox.rl.rollout.command:rollout",
     "train": "insandbox.rl.trainers.command:train",
     "export": "insandbox.rl.trainers.command:export",
+    "verl-data": "insandbox.rl.trainers.verl_data:verl_data",
 }
 
 

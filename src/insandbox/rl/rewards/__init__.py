@@ -6,24 +6,38 @@ computation that can neither hang nor raise (the trainer must never stall on a r
     result.correct      # 0..1 before penalties
     result.detail       # what was compared, which penalties applied, an error if scoring failed
 
-Implementation: see the modules of this package (one per qa_type).
+    compute_reward_sync(row, outcome, config)   # the same, blocking, from any thread
+    start_reward_workers()                      # optional: start the scoring processes now
+
+Modules: scoring.py picks the scorer (single_choice.py, multi_choice.py, open_answer.py,
+numbers.py; answer_part.py, normalise.py and options.py are what they share); penalties.py;
+isolation.py runs scoring in worker processes that a timeout kills. The answer is scored only
+when there is one and it is at most `max_answer_chars` long; longer answers score 0 unread.
 """
 from __future__ import annotations
 
+import atexit
+import os
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, Field
 
+from .isolation import Reply, WorkerPool
+from .penalties import FAILURE_EXITS, no_answer, penalties
+from .scoring import SCORED_FIELDS
+
 
 class RewardConfig(BaseModel):
     multi_choice: Literal["exact", "f1"] = "exact"  # exact set of letters, or set F1
     open: Literal["exact", "f1"] = "exact"  # normalised exact match, or token F1 (best alias)
-    no_answer_penalty: float = 0.0  # added when the sandbox holds no answer file
+    no_answer_penalty: float = 0.0  # added when the sandbox holds no answer file (or an empty one)
     max_steps_penalty: float = 0.0  # added when the episode ran out of steps (or was stuck)
     truncation_penalty: float = 0.0  # added when the response ran out of tokens
     timeout_s: float = Field(default=10.0, gt=0)  # a scorer taking longer gives error_value
-    error_value: float = 0.0  # the value when scoring failed or timed out
+    error_value: float = 0.0  # the correctness used when scoring failed or timed out (penalties still add)
+    max_answer_chars: int = Field(default=10_000, gt=0)  # a longer answer scores 0 without being read
 
 
 @dataclass
@@ -43,5 +57,138 @@ class RewardResult:
     error: Optional[str] = None
 
 
+@dataclass
+class _Plan:
+    """A reward before scoring: penalties known, and either a final correctness or a job."""
+
+    config: RewardConfig
+    penalties: dict[str, float]
+    detail: dict[str, Any]
+    correct: Optional[float] = None  # known without scoring (no answer, too long)
+    job: Optional[list] = None  # the arguments of scoring.score_in_worker
+
+
+def _plan(row: Any, outcome: Outcome, config: Optional[RewardConfig]) -> _Plan:
+    config = config or RewardConfig()
+    if hasattr(row, "model_dump"):  # a TaskRow
+        row = row.model_dump(mode="json")
+    if not isinstance(row, dict):
+        raise TypeError(f"a row is a dict (TaskRow.as_record()), got {type(row).__name__}")
+    applied = penalties(outcome, config)
+    detail: dict[str, Any] = {"qa_type": row.get("qa_type") or "open", "exit_reason": str(outcome.exit_reason)}
+    if str(outcome.exit_reason) in FAILURE_EXITS:
+        detail["exit_failure"] = True  # says nothing about the model: a trainer may drop this rollout
+    plan = _Plan(config, applied, detail)
+    if no_answer(outcome):
+        detail["why"] = "no answer file" if outcome.answer is None else "empty answer file"
+        plan.correct = 0.0
+        return plan
+    answer = outcome.answer
+    if not isinstance(answer, str):
+        raise TypeError(f"an answer is text, got {type(answer).__name__}")
+    detail["answer_chars"] = len(answer)
+    if len(answer) > config.max_answer_chars:
+        detail["why"] = f"answer longer than {config.max_answer_chars} characters: not read"
+        plan.correct = 0.0
+        return plan
+    fields = {k: row.get(k) for k in SCORED_FIELDS}
+    if fields.get("options") or fields.get("qa_type") not in ("single-choice", "multi-choice"):
+        fields["problem_statement"] = ""  # only a choice row without options reads its options there
+    plan.job = [fields, answer, config.multi_choice, config.open]
+    return plan
+
+
+def _finish(plan: _Plan, reply: Optional[Reply] = None) -> RewardResult:
+    detail, error = plan.detail, None
+    correct = plan.correct
+    if reply is not None:
+        detail["scoring_s"] = round(reply.seconds, 6)
+        if reply.error is None:
+            correct = float(reply.result["correct"])
+            detail.update(reply.result["detail"])
+        else:
+            error = reply.error
+    return _result(plan.config, plan.penalties, detail, correct, error)
+
+
+def _result(config: RewardConfig, applied: dict[str, float], detail: dict, correct: Optional[float],
+            error: Optional[str]) -> RewardResult:
+    detail["penalties"] = applied
+    if error is not None:
+        detail["error"] = error
+        detail["error_value"] = config.error_value
+        return RewardResult(config.error_value + sum(applied.values()), 0.0, detail, error)
+    return RewardResult(correct + sum(applied.values()), correct, detail)
+
+
+def _broken(e: Exception, config: Optional[RewardConfig], outcome: Any) -> RewardResult:
+    """The reward of a call whose inputs could not even be read: error_value, penalties if possible."""
+    config = config if isinstance(config, RewardConfig) else RewardConfig()
+    try:
+        applied = penalties(outcome, config)
+    except Exception:
+        applied = {}
+    return _result(config, applied, {}, None, f"{type(e).__name__}: {e}")
+
+
 async def compute_reward(row: dict, outcome: Outcome, config: Optional[RewardConfig] = None) -> RewardResult:
-    raise NotImplementedError("filled in by the rewards implementation")
+    """The reward of one rollout. Never raises (except on cancellation) and returns within
+    config.timeout_s of scoring, plus the wait for a free worker when all are busy."""
+    try:
+        plan = _plan(row, outcome, config)
+        if plan.job is None:
+            return _finish(plan)
+        return _finish(plan, await worker_pool().call_async(plan.job, plan.config.timeout_s))
+    except Exception as e:
+        return _broken(e, config, outcome)
+
+
+def compute_reward_sync(row: dict, outcome: Outcome, config: Optional[RewardConfig] = None) -> RewardResult:
+    """compute_reward, blocking the calling thread (not the event loop's: use compute_reward there)."""
+    try:
+        plan = _plan(row, outcome, config)
+        if plan.job is None:
+            return _finish(plan)
+        return _finish(plan, worker_pool().call(plan.job, plan.config.timeout_s))
+    except Exception as e:
+        return _broken(e, config, outcome)
+
+
+_pool: Optional[WorkerPool] = None
+_pool_lock = threading.Lock()
+SCORER = "insandbox.rl.rewards.scoring:score_in_worker"
+
+
+def worker_count() -> int:
+    """INSANDBOX_REWARD_WORKERS, or up to 4 (one per CPU)."""
+    configured = os.environ.get("INSANDBOX_REWARD_WORKERS", "").strip()
+    return max(1, int(configured)) if configured else min(4, os.cpu_count() or 1)
+
+
+def worker_pool() -> WorkerPool:
+    """The process's scoring workers (a new set after a fork: a child never shares its parent's)."""
+    global _pool
+    with _pool_lock:
+        if _pool is None or _pool.pid != os.getpid():
+            _pool = WorkerPool(SCORER, worker_count())
+        return _pool
+
+
+def start_reward_workers(count: Optional[int] = None) -> None:
+    """Start the scoring workers now (about a second each, in parallel) rather than on first use."""
+    worker_pool().start(count)
+
+
+def stop_reward_workers() -> None:
+    """Stop the scoring workers (at exit this happens by itself); later rewards start new ones."""
+    global _pool
+    with _pool_lock:
+        pool, _pool = _pool, None
+    if pool is not None and pool.pid == os.getpid():
+        pool.close()
+
+
+atexit.register(stop_reward_workers)
+
+__all__ = ["Outcome", "RewardConfig", "RewardResult", "compute_reward", "compute_reward_sync",
+           "start_reward_workers", "stop_reward_workers"]

@@ -130,7 +130,11 @@ class Rollouts:
                                   detail={"why": f"no reward: {rec.exit_reason}: {rec.exit_detail}"},
                                   error=rec.exit_detail)
         else:
-            reward = await self.reward_fn(row, outcome, self.reward_config)
+            try:
+                reward = await self.reward_fn(row, outcome, self.reward_config)
+            except Exception as e:  # a user's reward function failed: this rollout scores the error value
+                reward = RewardResult(value=self.reward_config.error_value, error=f"{type(e).__name__}: {e}",
+                                      detail={"why": "the reward function raised"})
         rec.reward, rec.reward_detail = reward.value, {"correct": reward.correct, **reward.detail}
         if reward.error:
             rec.reward_detail["error"] = reward.error

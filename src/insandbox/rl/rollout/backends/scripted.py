@@ -34,10 +34,10 @@ class ScriptedGenerator:
         turn = max(stops - self.prompt_stops, 0) // 2
         turns = self._script(context)
         text = turns[turn] if turn < len(turns) else SUBMIT
-        ids = self.chat.encode(text)[: max(params.max_tokens - 1, 0)]
-        if len(ids) < params.max_tokens:
+        ids = self.chat.encode(text)
+        if len(ids) < params.max_tokens:  # room for the end-of-turn token too
             return Sampled(ids + self.chat.stop_token_ids[:1], None, "stop")
-        return Sampled(ids, None, "length")
+        return Sampled(ids[: params.max_tokens], None, "length")  # cut off, as a sampler out of tokens
 
     def _script(self, context: list[int]) -> list[str]:
         """The script whose `match` appears in the context, else the one without a `match`."""
