@@ -30,7 +30,7 @@ def test_a_file_overrides_its_preset_key_by_key_and_the_command_line_overrides_t
                                             "grpo: {learning_rate: 3.0e-6}\nrollout: {max_turns: 5}\n"
                                             "reward: {no_answer_penalty: -1.0}\n")
     c = load_config(config)
-    assert c.grpo.learning_rate == 3e-6 and c.grpo.num_generations == 6  # the rest of grpo: from the preset
+    assert c.grpo.learning_rate == 3e-6 and c.grpo.num_generations == 8  # the rest of grpo: from the preset
     assert c.rollout.max_turns == 5 and c.rollout.max_tokens_per_turn == 48
     assert c.reward_config().no_answer_penalty == -1.0 and c.reward_config().max_steps_penalty == -0.25
     assert c.data == tmp_path / "rows.jsonl" and c.out == tmp_path / "run"  # relative to the file
