@@ -92,6 +92,14 @@ def prepare_image(config: TrainConfig) -> None:
 def train(config: TrainConfig, reward_fn: Optional[RewardFn] = None,
           echo: Callable[[str], None] = print) -> TrainResult:
     """Run GRPO as configured; `reward_fn` replaces compute_reward (same signature)."""
+    from .grpo_args import batch_layout, grpo_kwargs
+
+    # what can be checked without loading anything heavy is checked first
+    if config.out is None:
+        raise ConfigError("no output folder: pass --out DIR or set out: in the config")
+    out = config.out
+    t0 = time.perf_counter()
+    rows = read_rows(config)
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is marked experimental in TRL 1.x
     import torch
     from accelerate import PartialState
@@ -100,19 +108,13 @@ def train(config: TrainConfig, reward_fn: Optional[RewardFn] = None,
     from transformers.integrations import TensorBoardCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from .grpo_args import batch_layout, grpo_kwargs
     from .metrics import StepLog
     from .policy import align_turn_end, load_policy_model
     from .reward_func import make_reward_func
     from .rollout_hook import SandboxRollouts
 
-    if config.out is None:
-        raise ConfigError("no output folder: pass --out DIR or set out: in the config")
-    out = config.out
     state = PartialState()
-    batch_layout(config, state.num_processes)  # fails before anything is loaded
-    t0 = time.perf_counter()
-    rows = read_rows(config)
+    batch_layout(config, state.num_processes)  # before the image and the model
     prepare_image(config)
     model, tokenizer = load_policy_model(config)
     rollouts = Rollouts(tokenizer, config.rollout, config.reward_config(), reward_fn=reward_fn)
