@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import os
 import random
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
@@ -26,8 +27,9 @@ class LlamaCppGenerator:
                  n_threads: Optional[int] = None):
         from llama_cpp import Llama
 
+        # llama-cpp-python's default is half the cores; generation is the bottleneck of a rollout
         self.llm = Llama(model_path=str(gguf), n_ctx=n_ctx, seed=seed, logits_all=False, verbose=False,
-                         n_threads=n_threads)
+                         n_threads=n_threads or os.cpu_count(), n_threads_batch=n_threads or os.cpu_count())
         self.n_vocab = self.llm.n_vocab()
         self.rng = random.Random(seed)  # a seed per request: rollouts of one group must differ
         self.cache_bytes = cache_bytes
