@@ -88,3 +88,35 @@ def test_settings_are_checked():
                 {"examples": -1}, {"merge_share": 1.5}):
         with pytest.raises(ValueError):
             Settings(**bad)
+
+
+def test_heldout_tasks_are_set_aside_and_never_shown_in_training(tmp_path):
+    full = {r["id"]: r for r in tiny.build_all(tmp_path, examples=2).rows}
+    result = tiny.build_all(tmp_path, examples=2, heldout=1)
+    training, heldout = {r["id"]: r for r in result.rows}, {r["id"]: r for r in result.heldout}
+    assert Counter(r["source"] for r in heldout.values()) == Counter({s: 1 for s in DOMAIN_OF})
+    assert not set(training) & set(heldout) and set(training) | set(heldout) <= set(full)
+    for row in heldout.values():  # the same task as in a build without held-out ones
+        assert row["input_files"] == full[row["id"]]["input_files"]
+        assert row["ground_truth"] == full[row["id"]]["ground_truth"]
+    for row in training.values():  # no held-out answer reaches a training prompt
+        assert not set(row["example_ids"]) & set(heldout)
+        assert set(row["example_ids"]) <= set(training)
+    record = write(result, tmp_path / "out")
+    written = (tmp_path / "out" / "heldout.jsonl").read_text(encoding="utf-8").splitlines()
+    assert [json.loads(line)["id"] for line in written] == [r["id"] for r in result.heldout]
+    assert record["heldout"]["tasks"] == len(heldout) and record["counts"]["tasks"] == len(training)
+    write(tiny.build_all(tmp_path), tmp_path / "out")  # a build without them removes the old file
+    assert not (tmp_path / "out" / "heldout.jsonl").exists()
+
+
+def test_a_held_out_material_keeps_its_other_questions_out_of_training():
+    from insandbox.rl.data.build import split_heldout
+    from insandbox.rl.data.tasks import Task
+
+    tasks = [Task(source="race", uid=f"{m}-q{q}", context=f"passage {m}", parts=[], form=None)
+             for m, q in [(1, 1), (2, 1), (1, 2), (3, 1), (2, 2)]]
+    training, heldout, dropped = split_heldout(tasks, 2)
+    assert [t.uid for t in heldout] == ["1-q1", "2-q1"]
+    assert [t.uid for t in training] == ["3-q1"] and dropped == 2
+    assert split_heldout(tasks, 0) == (tasks, [], 0)

@@ -61,13 +61,15 @@ def build_data(
     merge_share: Annotated[float, typer.Option(help="Share of the materials with 3+ single-choice questions (RACE, "
                                                     "MCTest) asked as one multi-choice 'which statements are true' "
                                                     "question instead.")] = 0.5,
+    heldout: Annotated[int, typer.Option(help="Tasks per source set aside in heldout.jsonl for evaluation, on "
+                                              "material that no training task has.")] = 0,
     force: Annotated[bool, typer.Option("--force", help="Replace tasks.jsonl, dataset/ and manifest.json if --out "
                                                         "already has them.")] = False,
 ) -> None:
     """Build context tasks (material as files in /testbed/documents) from reading-comprehension data."""
     from ...cli import _fail
     from .build import build
-    from .output import OUTPUTS, existing_outputs, write
+    from .output import HELDOUT, OUTPUTS, existing_outputs, write
     from .settings import Settings
     from .sources import SourceError
 
@@ -76,7 +78,8 @@ def build_data(
     try:
         settings = Settings(seed=seed, limit=limit, distractors=_distractors(distractors), examples=examples,
                             qa_types=tuple(t.strip() for t in qa_types.split(",") if t.strip()),
-                            max_doc_chars=max_doc_chars, max_answer_words=max_answer_words, merge_share=merge_share)
+                            max_doc_chars=max_doc_chars, max_answer_words=max_answer_words, merge_share=merge_share,
+                            heldout=heldout)
     except ValueError as e:
         _fail(str(e))
     if not folders:
@@ -105,6 +108,8 @@ def build_data(
 
     counts = record["counts"]
     typer.echo(f"wrote {counts['tasks']} tasks to {out} ({', '.join(OUTPUTS)}) in {time.monotonic() - started:.1f} s")
+    if record["heldout"]["tasks"]:
+        typer.echo(f"  and {record['heldout']['tasks']} held-out tasks to {out / HELDOUT}")
     for name, by_type in counts["by_source_and_qa_type"].items():
         detail = ", ".join(f"{k} {v}" for k, v in by_type.items())
         typer.echo(f"  {name:<20} {counts['by_source'][name]:>6}  ({detail})")

@@ -4,6 +4,8 @@
     dataset/        the same rows as a Hugging Face `datasets` dataset (save_to_disk); input_files
                     is the object serialised as a JSON string, as in the benchmark datasets (one
                     column, whatever the file names), which bench.data.parse_input_files reads
+    heldout.jsonl   with --heldout N: N tasks per source for evaluation (`insandbox bench --data`),
+                    on material no row of tasks.jsonl has
     manifest.json   counts per source, domain and qa_type; the seed, every setting and the input
                     folders; what each source skipped and why; the JSONL's sha256
 
@@ -26,6 +28,7 @@ from .sources import tweeteval, wikitablequestions
 JSONL = "tasks.jsonl"
 DATASET = "dataset"
 MANIFEST = "manifest.json"
+HELDOUT = "heldout.jsonl"
 OUTPUTS = (JSONL, DATASET, MANIFEST)
 FORMAT = "insandbox-rl-tasks/1"
 
@@ -40,7 +43,7 @@ CONSTANTS = {
 
 
 def existing_outputs(out: Path) -> list[str]:
-    return [name for name in OUTPUTS if (out / name).exists()]
+    return [name for name in (*OUTPUTS, HELDOUT) if (out / name).exists()]
 
 
 def jsonl_text(rows: list[dict[str, Any]]) -> str:
@@ -77,7 +80,10 @@ def manifest(result: Build, jsonl_sha256: str) -> dict[str, Any]:
             "by_source_and_qa_type": _counts(rows, "source", "qa_type"),
             "documents_per_task": {str(n): c for n, c in sorted(Counter(len(r["input_files"]) for r in rows).items())},
         },
+        "heldout": {"tasks": len(result.heldout), "by_source": _counts(result.heldout, "source"),
+                    "by_qa_type": _counts(result.heldout, "qa_type")},
         "sources": {s.name: {"folder": s.folder, "domain": s.domain, "items": s.items, "tasks": s.tasks,
+                             "heldout": s.heldout,
                              "skipped": s.skipped, "fewer_distractors": s.fewer_distractors}
                     for s in result.sources},
         "files": {"jsonl": JSONL, "jsonl_sha256": jsonl_sha256, "dataset": DATASET,
@@ -118,6 +124,10 @@ def write(result: Build, out: Path) -> dict[str, Any]:
     if (out / DATASET).exists():
         shutil.rmtree(out / DATASET)
     save_dataset(result.rows, out / DATASET, digest[:16])
+    if result.heldout:
+        (out / HELDOUT).write_text(jsonl_text(result.heldout), encoding="utf-8")
+    else:
+        (out / HELDOUT).unlink(missing_ok=True)  # an earlier build's, replaced by --force
     record = manifest(result, digest)
     (out / MANIFEST).write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return record

@@ -18,6 +18,7 @@ class Settings:
     max_doc_chars: int = 20_000  # a task with a longer document is skipped; longer distractors are not used
     max_answer_words: int = 10  # open text questions whose every accepted answer is longer are skipped
     merge_share: float = 0.5  # of the materials with enough single-choice questions, the share merged
+    heldout: int = 0  # tasks per source set aside for evaluation (heldout.jsonl), on material training never sees
 
     def __post_init__(self) -> None:
         lo, hi = self.distractors
@@ -30,6 +31,8 @@ class Settings:
             raise ValueError("limit: want at least 1")
         if self.examples < 0 or self.max_doc_chars < 1 or self.max_answer_words < 1:
             raise ValueError("examples must be >= 0, max_doc_chars and max_answer_words >= 1")
+        if self.heldout < 0:
+            raise ValueError("heldout: want 0 or more tasks per source")
         if not 0.0 <= self.merge_share <= 1.0:
             raise ValueError("merge_share: want a share between 0 and 1")
 
