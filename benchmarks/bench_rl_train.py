@@ -1,6 +1,6 @@
 """The CPU smoke training on this machine: wall time, peak memory and where the time goes.
 
-    .venv/bin/python benchmarks/bench_rl_train.py [--out DIR] [--max-steps N] [--keep]
+    .venv/bin/python benchmarks/bench_rl_train.py [--out DIR] [--max-steps N] [--data TASKS.jsonl]
 
 Runs the README's command, `insandbox rl train --preset smoke --out DIR`, as a child process and
 samples the resident memory of its process tree (the trainer, the reward workers, pip or docker
@@ -48,11 +48,13 @@ def tree_rss(pid: int) -> int:
     return total
 
 
-def run(out: Path, max_steps: int | None) -> dict:
+def run(out: Path, max_steps: int | None, data: Path | None = None) -> dict:
     exe = Path(sys.executable).parent / "insandbox"
     command = [str(exe), "rl", "train", "--preset", "smoke", "--out", str(out)]
     if max_steps:
         command += ["--max-steps", str(max_steps)]
+    if data:
+        command += ["--data", str(data)]
     peak = {"rss": 0}
     t0 = time.perf_counter()
     child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -96,9 +98,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, help="the run's folder (default: a temporary one)")
     parser.add_argument("--max-steps", type=int, help="override the preset's steps")
+    parser.add_argument("--data", type=Path, help="task rows (`insandbox rl build-data`'s tasks.jsonl) instead of "
+                                                  "the preset's four shipped rows")
     args = parser.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="insandbox-bench-rl-train-"))
-    result = run(out, args.max_steps)
+    result = run(out, args.max_steps, args.data)
     (out / "bench.json").write_text(json.dumps(result, indent=1))
     print(f"machine: {os.cpu_count()} cores; load average at the end: {os.getloadavg()[0]:.1f} (other jobs slow it)")
     print(table(result))
