@@ -21,6 +21,9 @@ def test_presets_ship_and_validate():
     smoke = load_config(None, {"preset": "smoke"})
     assert smoke.model == "embedded" and smoke.is_gguf()
     assert smoke.data == PRESETS / "smoke-tasks.jsonl" and smoke.data.is_file()
+    from insandbox.rl.trainers.trl_train import read_rows
+
+    assert len(read_rows(smoke)) == 4  # the shipped rows are valid task rows
     assert smoke.rollout.prompt_config == PRESETS / "smoke-prompts.yaml"
     assert smoke.rollout.prompts().system_prompt  # the compact prompt config loads
 

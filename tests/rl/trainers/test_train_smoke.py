@@ -1,5 +1,6 @@
-"""The CPU smoke training end to end: the smoke preset (SmolLM2-135M from the embedded GGUF, four
-shipped task rows), real sandboxes, real TRL GRPO steps. It must end with a finite loss, weights
+"""The CPU smoke training end to end, as the README runs it: tasks built by `insandbox rl build-data`
+from the staged public sources, the smoke preset (SmolLM2-135M from the embedded GGUF), real
+sandboxes, real TRL GRPO steps. It must end with a finite loss, weights
 changed by the policy gradient (a group with reward spread; no weight decay), the environment's
 tokens out of the loss TRL computed, rewards in metrics.jsonl and the TensorBoard event files, a
 checkpoint that loads, and records that pass the decode check."""
@@ -17,6 +18,9 @@ from insandbox.rl.rollout.check import check_record
 from insandbox.rl.trainers.config import load_config
 from insandbox.rl.trainers.rollout_hook import records_of
 from insandbox.rl.trainers.trl_train import train
+from tests.helpers import cli, shared_data
+
+pytestmark = pytest.mark.shared_data
 
 
 @pytest.fixture(scope="module")
@@ -30,14 +34,20 @@ def run(tmp_path_factory, docker_image):
         seen.append((inputs["completion_ids"].clone(), inputs["completion_mask"].clone(), mask.clone()))
         return original(self, model, inputs)
 
+    tasks = tmp_path_factory.mktemp("tasks")
+    built = cli("rl", "build-data", "--sources", *sorted(str(p) for p in (shared_data() / "rl_sources").iterdir()
+                                                         if p.is_dir()),
+                "--out", str(tasks), "--force", "--limit", "3", "--examples", "0", "--distractors", "1",
+                "--max-doc-chars", "1500", "--heldout", "1")
+    assert built.returncode == 0, built.stderr
     out = tmp_path_factory.mktemp("smoke")
-    config = load_config(None, {"preset": "smoke", "out": str(out)})
+    config = load_config(None, {"preset": "smoke", "out": str(out), "data": str(tasks / "tasks.jsonl")})
     config.rollout.image = docker_image
     lines = []
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(GRPOTrainer, "_compute_loss", recording)
         result = train(config, echo=lines.append)
-    return {"result": result, "out": out, "lines": lines, "seen": seen, "config": config}
+    return {"result": result, "out": out, "lines": lines, "seen": seen, "config": config, "tasks": tasks}
 
 
 def metrics(run) -> list[dict]:
@@ -124,3 +134,30 @@ def test_the_checkpoint_and_the_records_are_usable(run):
     assert summary["steps"] == 2 and summary["rollouts"] == 2 * run["config"].grpo.num_generations
     assert summary["check_mismatches"] == 0
     assert set(summary["phases"]) == {"load_s", "rollout_s", "train_s", "save_s", "total_s"}
+
+
+def test_before_and_after_side_by_side_with_insandbox_bench(run, tmp_path):
+    """The README's evaluation: the checkpoint exported to GGUF, the base and the trained model benched
+    on held-out tasks with the training rewards as the scorer, and one report over both runs."""
+    from tests.helpers import REPO
+
+    trained = tmp_path / "trained.gguf"
+    exported = cli("rl", "export", str(run["result"].final), "--out", str(trained), timeout=900)
+    assert exported.returncode == 0, exported.stderr[-2000:]
+    task = str(REPO / "examples" / "rl" / "context_tasks.yaml")
+    common = ["bench", task, "--data", str(run["tasks"] / "heldout.jsonl"), "--limit", "1", "--max-steps", "2",
+              "--concurrency", "1", "-q"]
+    base = cli(*common, "--output-dir", str(tmp_path / "before"), timeout=900)
+    assert base.returncode == 0, base.stdout[-2000:] + base.stderr[-2000:]
+    after = cli(*common, "--gguf", str(trained), "--output-dir", str(tmp_path / "after"), timeout=900)
+    assert after.returncode == 0, after.stdout[-2000:] + after.stderr[-2000:]
+    report = cli("report", str(tmp_path / "before"), str(tmp_path / "after"), "--out", str(tmp_path / "report"))
+    assert report.returncode == 0, report.stderr[-2000:]
+    data = json.loads((tmp_path / "report" / "report.json").read_text())
+    rows = {r["model"]: r for r in data["accuracy"]}
+    assert set(rows) == {"SmolLM2-135M-Instruct.Q4_1", "trained"}  # the trained GGUF is served and named as such
+    for row in rows.values():
+        assert row["task"] == "context_tasks" and row["n"] == 1 and row["errors"] == 0 and row["unscored"] == 0
+        assert row["score_method"].startswith("insandbox.rl.rewards")
+    markdown = (tmp_path / "report" / "report.md").read_text()
+    assert "SmolLM2-135M-Instruct.Q4_1" in markdown and "trained" in markdown

@@ -171,7 +171,9 @@ def compare_greedy(checkpoint: Path, gguf: Path, prompt: str = CHECK_PROMPT, max
     import torch
     from llama_cpp import Llama
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()  # the command prints one line per result
     tokenizer = AutoTokenizer.from_pretrained(str(checkpoint))
     ids = list(tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
                                              tokenize=True, return_dict=False))
