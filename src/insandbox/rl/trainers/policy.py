@@ -3,6 +3,9 @@ GGUF file (transformers dequantises it), with EOS and padding made to agree with
 template's end of turn."""
 from __future__ import annotations
 
+import functools
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +48,8 @@ def _load(config: TrainConfig) -> tuple[Any, Any]:
 
         gguf = gguf_path(config.model)
         tokenizer = load_gguf_tokenizer(gguf)
-        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+        with _quiet_gguf_loader():
+            model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
     else:
         try:
             tokenizer = AutoTokenizer.from_pretrained(config.model)
@@ -53,6 +57,21 @@ def _load(config: TrainConfig) -> tuple[Any, Any]:
             raise ConfigError(f"model {config.model}: {str(e).splitlines()[0]}") from None
         model = AutoModelForCausalLM.from_pretrained(config.model, dtype=torch.float32)
     return model, tokenizer
+
+
+@contextmanager
+def _quiet_gguf_loader() -> Iterator[None]:
+    """transformers' GGUF loader draws its own tqdm bar, which its progress-bar switch does not reach."""
+    import transformers.modeling_gguf_pytorch_utils as loader
+
+    bar = getattr(loader, "tqdm", None)
+    if bar is not None:
+        loader.tqdm = functools.partial(bar, disable=True)
+    try:
+        yield
+    finally:
+        if bar is not None:
+            loader.tqdm = bar
 
 
 def align_turn_end(model: Any, tokenizer: Any, stop_token_ids: list[int]) -> None:
