@@ -2,11 +2,21 @@
 record per rollout in the form trainers consume (TRL's rollout_func, verl's AgentLoopOutput)."""
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from pydantic import BaseModel, Field
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading token ids two sequences share (the part of a prefix cache that can be reused)."""
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
 
 
 @dataclass

@@ -19,16 +19,7 @@ from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Optional
 
-from ..rollout.types import Sampled, SamplingParams
-
-
-def common_prefix(a: tuple[int, ...], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
+from ..rollout.types import Sampled, SamplingParams, common_prefix
 
 
 class PrefixCachedSampler:

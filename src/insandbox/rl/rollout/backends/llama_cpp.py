@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Optional
 
-from ..types import Sampled, SamplingParams
+from ..types import Sampled, SamplingParams, common_prefix
 
 
 class LlamaCppGenerator:
@@ -68,13 +68,7 @@ class LlamaCppGenerator:
 
     # ------------------------------------------------------------------ the prefix cache
     def _held_prefix(self, context: list[int]) -> int:
-        held = self.llm.input_ids[: self.llm.n_tokens].tolist()
-        n = 0
-        for a, b in zip(held, context):
-            if a != b:
-                break
-            n += 1
-        return n
+        return common_prefix(self.llm.input_ids[: self.llm.n_tokens].tolist(), context)
 
     def _restore(self, context: list[int]) -> None:
         """Load the saved cache that shares the longest prefix with the context (if it beats the live one)."""
