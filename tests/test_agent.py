@@ -191,6 +191,22 @@ def test_abusive_calls_are_tool_errors_and_the_run_goes_on(scripted, run_async, 
     assert _no_containers_left(t)
 
 
+def test_binary_output_reaches_the_model_server_as_text(scripted, run_async, tmp_path, docker_image):
+    """Regression: `head -c 5M /dev/urandom` put NUL bytes into the model's messages, which some
+    servers reject. Observations now carry no control bytes, and say how many were replaced."""
+    srv = scripted({"turns": [bash("head -c 5M /dev/urandom"), bash("printf 'a\\0b\\033[31mred\\033[0m\\n'"),
+                              {"tool": "submit"}]})
+    result = run_async(arun("binary", model="m", base_url=srv.url, output_dir=tmp_path, image=docker_image))
+    assert result.trajectory.exit_reason == "submitted" and len(srv.requests) == 3
+    tool_messages = [m["content"] for m in srv.requests[2]["messages"] if m["role"] == "tool"]
+    assert len(tool_messages) == 2
+    for text in tool_messages:
+        assert not any(ord(ch) < 32 and ch not in "\t\n\r" for ch in text), repr(text[:200])
+        assert "control character" in text and "replaced with \ufffd" in text
+    assert tool_messages[1].startswith("a\ufffdbred\n") and "1 terminal escape sequence" not in tool_messages[1]
+    assert "2 terminal escape sequences removed" in tool_messages[1]
+
+
 def test_calls_written_as_text_go_back_as_written(scripted, run_async, tmp_path, docker_image):
     """Regression: calls parsed from <tool_call> text were sent back as structured tool_calls with the
     text removed, so on a server whose template ignores tool_calls the model never saw its calls."""

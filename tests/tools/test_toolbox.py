@@ -79,3 +79,37 @@ def test_the_toolbox_is_the_one_place_model_errors_become_tool_errors(run_async)
         run_async(call("sandbox"))
     out = run_async(box.call(None, ToolCall("c2", "nope", "{}")))[0]
     assert out.error and "no tool named 'nope'" in out.text
+
+
+class _Noisy:
+    name = "noisy"
+
+    def schema(self) -> dict:
+        return {"type": "function", "function": {"name": self.name, "description": "d", "parameters": {}}}
+
+    async def run(self, sandbox, args):
+        from insandbox.tools.base import ToolOutput
+
+        return ToolOutput(args["text"], exit_code=0)
+
+
+def test_observations_carry_no_control_bytes_and_say_what_was_replaced(run_async):
+    box = ToolBox([_Noisy()])
+
+    def call(text: str):
+        return run_async(box.call(None, ToolCall("c", "noisy", json.dumps({"text": text}))))[0]
+
+    out = call("ok\tcol\r\nline\n")  # tab, newline and carriage return are text
+    assert out.text == "ok\tcol\r\nline\n" and "cleaned" not in out.meta
+    out = call("a\x00b\x07c\x7fd\x9b \x1b[31mred\x1b[0m \x1b]0;title\x07end")
+    body, note = out.text.rsplit("\n", 1)
+    assert body == "a\ufffdb\ufffdc\ufffdd\ufffd red end"
+    assert note == ("[insandbox: 4 control characters (NUL and the like) replaced with \ufffd; "
+                    "3 terminal escape sequences removed: the output held bytes that are not text]")
+    assert out.meta["cleaned"] == {"escape_sequences": 3, "replaced_characters": 4}
+    # a lone surrogate from a tool (text decoded with surrogateescape) cannot be sent as UTF-8
+    out = run_async(box.call(None, ToolCall("c", "noisy", {"text": "x\ud800y"})))[0]
+    json.dumps(out.text, ensure_ascii=False).encode("utf-8")
+    assert out.text.startswith("x\ufffdy\n[insandbox: 1 control character")
+    out = call("\x00" * 5000)
+    assert "5,000 control characters" in out.text and "\x00" not in out.text

@@ -6,7 +6,8 @@ JSON, an unknown tool, wrong arguments, text that is not valid Unicode, and any
 `OperationError` from the sandbox (a missing file, a FIFO or device where a file was
 expected, a path the server cannot open) become an error message the model reads, and
 the episode goes on. A `SandboxError` (the sandbox itself is broken) passes through and
-ends the episode."""
+ends the episode. It is also where every observation is made fit to send to a model server
+(observation.py: no NUL or other control bytes, saying what was replaced)."""
 from __future__ import annotations
 
 import json
@@ -18,6 +19,7 @@ from ..sandbox.base import OperationError, Sandbox
 from .base import Tool, ToolArgumentError, ToolCall, ToolOutput
 from .bash import ExecuteBash
 from .editor import StrReplaceEditor
+from .observation import clean_observation
 from .submit import Submit
 
 
@@ -86,6 +88,9 @@ class ToolBox:
             out = ToolOutput(f"Error in the call to {call.name}: {e}.", error=True)
         except OperationError as e:
             out = ToolOutput(f"Error: {e}", error=True)
+        out.text, removed, replaced = clean_observation(out.text)
+        if removed or replaced:
+            out.meta["cleaned"] = {"escape_sequences": removed, "replaced_characters": replaced}
         return out, time.perf_counter() - t0
 
 
