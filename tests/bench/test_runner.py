@@ -160,6 +160,28 @@ def test_infrastructure_failures_are_retried_and_kept_apart(scripted, run_async,
     assert (summary["n"], summary["errors"], summary["accuracy"]) == (2, 1, 0.5)
 
 
+def test_resume_reruns_an_errored_sample_and_keeps_one_record_of_it(scripted, run_async, tmp_path):
+    """Regression: `--resume` after an errored sample left that sample twice in results.jsonl."""
+    rows = dev_rows("chem")[:2]
+    srv = scripted({"scripts": [
+        {"match": rows[0].problem_statement, "llm_turns": [{"content": f"Answer: {rows[0].ground_truth}",
+                                                           "fail": {"status": 503, "times": 1}}]},
+        {"match": rows[1].problem_statement, "llm_turns": [{"content": "Answer: Z"}]}]})
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps({"id": r.id, "problem_statement": r.problem_statement,
+                                        "ground_truth": r.ground_truth}) + "\n" for r in rows))
+    cfg = BenchConfig(task="chem", data=data, mode="llm", retries=0, output_dir=tmp_path / "r",
+                      run=RunConfig(model="m", base_url=srv.url, max_retries=0))
+    first = run_async(run_bench(cfg))
+    assert {r["id"]: bool(r["error"]) for r in first.records} == {rows[0].id: True, rows[1].id: False}
+    run_async(run_bench(cfg, resume=tmp_path / "r"))
+    lines = [json.loads(x) for x in (tmp_path / "r" / "results.jsonl").read_text().splitlines()]
+    assert sorted(x["id"] for x in lines) == sorted(r.id for r in rows)  # exactly one record per sample
+    again = next(x for x in lines if x["id"] == rows[0].id)
+    assert again["error"] is None and again["score"] == 1.0
+    assert again["attempts"] == 2 and again["resumed_attempts"] == 1  # the errored attempt is counted
+
+
 def test_a_dead_model_server_stops_the_run(run_async, tmp_path):
     import socket
 

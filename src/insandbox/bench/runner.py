@@ -233,6 +233,7 @@ class BenchRun:
             raise ConfigError("no rows to run (check --ids / --limit / --data)")
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self._save_config(rows)
+        self.store.compact()  # one record per sample, also in files of older versions
         done = self.store.finished()
         todo = [(row, k, mode) for row in rows for k in range(self.repeats) for mode in self.modes
                 if (row.id, mode, k) not in done]
