@@ -201,3 +201,13 @@ def test_request_timeout_and_send_reasoning_reach_the_model_client(scripted, tmp
         time.sleep(0.05)
     second = srv.requests[1]["messages"]
     assert second[2]["role"] == "assistant" and second[2]["reasoning_content"] == "I think"
+
+
+def test_host_network_is_warned_about_every_time(tmp_path):
+    for command in (["run", "x"], ["bench", "chem"]):
+        r = cli(*command, "--network", "host", "--extra-body", "[1]", "--output-dir", str(tmp_path / "o"))
+        assert r.returncode == 2 and "--extra-body must be a JSON object" in r.stderr
+        assert "warning: --network host gives the sandbox this machine's network" in r.stderr
+        assert "model server included" in r.stderr
+    r = cli("run", "x", "--network", "none", "--extra-body", "[1]", "--output-dir", str(tmp_path / "o"))
+    assert r.returncode == 2 and "warning" not in r.stderr

@@ -140,6 +140,11 @@ def _shared_settings(*, model, base_url, api_key, gguf, temperature, max_tokens,
     """RunConfig fields from the shared options; BadArgument for what typer cannot check."""
     from .config import parse_size
 
+    if network == "host":  # documented, but easy to miss: say it every time
+        typer.echo("insandbox: warning: --network host gives the sandbox this machine's network: the model's code "
+                   "can reach every service listening on localhost here (the model server included) and every "
+                   "network this machine can reach", err=True)
+
     try:
         body = json.loads(extra_body) if extra_body else None
     except ValueError as e:
