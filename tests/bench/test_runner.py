@@ -160,6 +160,7 @@ def test_infrastructure_failures_are_retried_and_kept_apart(scripted, run_async,
     assert (summary["n"], summary["errors"], summary["accuracy"]) == (2, 1, 0.5)
 
 
+@pytest.mark.shared_data
 def test_resume_reruns_an_errored_sample_and_keeps_one_record_of_it(scripted, run_async, tmp_path):
     """Regression: `--resume` after an errored sample left that sample twice in results.jsonl."""
     rows = dev_rows("chem")[:2]
