@@ -17,6 +17,13 @@ from tests.bench.rows import TASKS, dev_rows, gold_file, gold_reply, wrong_answe
 from tests.helpers import cli
 
 
+def _write_rows(path: Path, rows) -> Path:
+    """The rows as a --data JSONL file (id, problem statement, ground truth)."""
+    path.write_text("".join(json.dumps({"id": r.id, "problem_statement": r.problem_statement,
+                                        "ground_truth": r.ground_truth}) + "\n" for r in rows))
+    return path
+
+
 def _bench_script(task: str, rows) -> dict:
     """A scripted model that answers the first row right and the second wrong, in both modes."""
     scripts = []
@@ -78,9 +85,7 @@ def test_repeats_and_judge_wiring(scripted, run_async, tmp_path, docker_image):
     script = _bench_script("physics", rows)
     script["scripts"].append({"name": "the-judge", "llm_turns": [{"content": "CORRECT"}]})
     srv = scripted(script)
-    data = tmp_path / "rows.jsonl"
-    data.write_text("".join(json.dumps({"id": r.id, "problem_statement": r.problem_statement,
-                                        "ground_truth": r.ground_truth}) + "\n" for r in rows))
+    data = _write_rows(tmp_path / "rows.jsonl", rows)
     cfg = BenchConfig(task="physics", data=data, mode="sandbox", repeats=2, concurrency=4, output_dir=tmp_path / "r",
                       judge_model="the-judge", judge_base_url=srv.url,
                       run=RunConfig(model="m", base_url=srv.url, image=docker_image, max_steps=5))
@@ -103,9 +108,7 @@ def test_resume_after_a_killed_run_repeats_nothing(scripted, tmp_path, docker_im
                                                     "file_text": row.ground_truth}}, {"tool": "submit"}],
             "llm_turns": [{"content": f"Answer: {row.ground_truth}"}]})
     srv = scripted(script)
-    data = tmp_path / "rows.jsonl"
-    data.write_text("".join(json.dumps({"id": r.id, "problem_statement": r.problem_statement,
-                                        "ground_truth": r.ground_truth}) + "\n" for r in rows))
+    data = _write_rows(tmp_path / "rows.jsonl", rows)
     run_dir = tmp_path / "run"
     exe = Path(sys.executable).parent / "insandbox"
     args = [str(exe), "bench", "chem", "--data", str(data), "--mode", "both", "--model", "m", "--base-url", srv.url,
@@ -145,9 +148,7 @@ def test_infrastructure_failures_are_retried_and_kept_apart(scripted, run_async,
                                                            "fail": {"status": 503, "times": 1}}]},
         {"match": rows[1].problem_statement, "llm_turns": [{"content": "x", "fail": {"status": 500, "times": 99}}]},
         {"match": rows[2].problem_statement, "llm_turns": [{"content": "Answer: Z"}]}]})
-    data = tmp_path / "rows.jsonl"
-    data.write_text("".join(json.dumps({"id": r.id, "problem_statement": r.problem_statement,
-                                        "ground_truth": r.ground_truth}) + "\n" for r in rows))
+    data = _write_rows(tmp_path / "rows.jsonl", rows)
     cfg = BenchConfig(task="chem", data=data, mode="llm", retries=1, retry_backoff_s=0.05, output_dir=tmp_path / "r",
                       run=RunConfig(model="m", base_url=srv.url, max_retries=0))
     result = run_async(run_bench(cfg))
@@ -168,9 +169,7 @@ def test_resume_reruns_an_errored_sample_and_keeps_one_record_of_it(scripted, ru
         {"match": rows[0].problem_statement, "llm_turns": [{"content": f"Answer: {rows[0].ground_truth}",
                                                            "fail": {"status": 503, "times": 1}}]},
         {"match": rows[1].problem_statement, "llm_turns": [{"content": "Answer: Z"}]}]})
-    data = tmp_path / "rows.jsonl"
-    data.write_text("".join(json.dumps({"id": r.id, "problem_statement": r.problem_statement,
-                                        "ground_truth": r.ground_truth}) + "\n" for r in rows))
+    data = _write_rows(tmp_path / "rows.jsonl", rows)
     cfg = BenchConfig(task="chem", data=data, mode="llm", retries=0, output_dir=tmp_path / "r",
                       run=RunConfig(model="m", base_url=srv.url, max_retries=0))
     first = run_async(run_bench(cfg))
