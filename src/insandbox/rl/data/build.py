@@ -106,8 +106,8 @@ def build_source(reader: Reader, folder: Path,
     laid = [files_in_name_order(t, layout) for t, layout in zip(heldout + tasks, layouts)]
     heldout, tasks = laid[:len(heldout)], laid[len(heldout):]
     # training examples from training tasks only; held-out ones from anything (their prompts are never trained on)
-    examples = pick_examples(heldout + tasks, settings.examples)[:len(heldout)] + \
-        [[len(heldout) + j for j in ex] for ex in pick_examples(tasks, settings.examples)]
+    examples = pick_examples(heldout + tasks, settings.examples)[:len(heldout)] if heldout else []
+    examples += [[len(heldout) + j for j in ex] for ex in pick_examples(tasks, settings.examples)]
     rows = [_row(t, reader, layout, [laid[j] for j in ex]) for t, layout, ex in zip(laid, layouts, examples)]
     report.heldout = len(heldout)
     report.tasks = len(rows) - len(heldout)
