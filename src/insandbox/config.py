@@ -11,10 +11,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 if TYPE_CHECKING:
     from .env import EnvConfig
     from .prompts import PromptConfig
+    from .sandbox import SandboxLimits
 
 DEFAULT_IMAGE = "insandbox:latest"
 TOOL_CHOICES = ("auto", "required", "none")
-# bridge, none and host are Docker's own; any other name must be an existing network
+# bridge, none and host are Docker's own, registries is ours (package registries only, through a
+# proxy: sandbox/proxy.py); any other name must be an existing Docker network
 _NETWORK_NAME = re.compile(r"^(container:)?[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
@@ -67,6 +69,9 @@ class RunConfig(BaseModel):
     cpus: Optional[float] = Field(default=2.0, gt=0)
     pids_limit: Optional[int] = Field(default=1024, ge=1)
     network: str = "bridge"
+    disk: Optional[str] = "10g"  # what a sandbox may write to its own filesystem
+    runtime: Optional[str] = None  # the engine's OCI runtime (e.g. runsc); None: its default
+    cap_add: list[str] = Field(default_factory=list)  # capabilities beyond the few a sandbox keeps
     env: dict[str, str] = Field(default_factory=dict)
     build_image: bool = True  # build the image when it is missing (insandbox images only)
 
@@ -100,15 +105,24 @@ class RunConfig(BaseModel):
     @classmethod
     def _network(cls, v: str) -> str:
         if not _NETWORK_NAME.match(v):
-            raise ValueError(f"{v!r} is not a network: use bridge, none, host or the name of a Docker network")
+            raise ValueError(f"{v!r} is not a network: use bridge, none, registries, host or the name of a "
+                             "Docker network")
         return v
 
-    @field_validator("memory")
+    @field_validator("memory", "disk")
     @classmethod
-    def _memory(cls, v: Optional[str]) -> Optional[str]:
+    def _size(cls, v: Optional[str]) -> Optional[str]:
         if v is not None:
             parse_size(v)
         return v
+
+    @field_validator("cap_add")
+    @classmethod
+    def _capabilities(cls, v: list[str]) -> list[str]:
+        for cap in v:
+            if not re.fullmatch(r"(CAP_)?[A-Z_]+", cap.upper()):
+                raise ValueError(f"{cap!r} is not a capability name (e.g. NET_RAW, SYS_PTRACE)")
+        return [cap.upper().removeprefix("CAP_") for cap in v]
 
     @field_validator("env")
     @classmethod
@@ -138,14 +152,20 @@ class RunConfig(BaseModel):
         data["api_key_set"] = bool(self.api_key)
         return data
 
+    def sandbox_limits(self) -> SandboxLimits:
+        from .sandbox import SandboxLimits
+
+        return SandboxLimits(self.memory, self.cpus, self.pids_limit, self.network, self.disk, self.runtime,
+                             tuple(self.cap_add))
+
     def env_config(self, prompts: PromptConfig, run_id: str = "") -> EnvConfig:
         """The environment settings of one episode of this run."""
         from .env import EnvConfig
-        from .sandbox import CopyLimits, SandboxLimits
+        from .sandbox import CopyLimits
 
         return EnvConfig(
             prompts=prompts, image=self.image, backend=self.backend, run_id=run_id,
-            limits=SandboxLimits(self.memory, self.cpus, self.pids_limit, self.network), env_vars=dict(self.env),
+            limits=self.sandbox_limits(), env_vars=dict(self.env),
             max_steps=self.max_steps, token_budget=self.token_budget, time_limit=self.time_limit,
             stuck_after=self.stuck_after, command_timeout=self.timeout_per_command,
             output_limit_chars=self.output_limit,

@@ -23,7 +23,7 @@ from .episode import ExitReason
 from .models.base import ModelClient
 from .models.openai_compat import OpenAIChatClient
 from .prompts import PromptConfig, load_prompt_config
-from .sandbox import OperationError, SandboxError, SandboxLimits, SandboxSpec, SetupError, backend_class
+from .sandbox import OperationError, SandboxError, SandboxSpec, SetupError, backend_class
 from .trajectory import SkippedOutput, StepRecord, Trajectory
 
 
@@ -142,7 +142,7 @@ async def prepare_sandbox(cfg: RunConfig, observer: Optional[RunObserver] = None
     """Make sure sandboxes of these settings can start (image built on first use, network known)
     before any run folder exists: a bad setting is a ConfigError, a dead engine a SandboxError."""
     observer = observer or _Quiet()
-    spec = SandboxSpec(image=cfg.image, limits=SandboxLimits(cfg.memory, cfg.cpus, cfg.pids_limit, cfg.network),
+    spec = SandboxSpec(image=cfg.image, limits=cfg.sandbox_limits(),
                        build_image=cfg.build_image)
     try:
         await backend_class(cfg.backend).prepare(spec, observer.on_status, observer.on_progress)

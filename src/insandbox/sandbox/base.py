@@ -61,6 +61,8 @@ class CommandResult:
     timed_out: bool = False
     shell_restarted: bool = False  # the shell died or had to be killed; state was restored
     shell_exited: bool = False  # the command itself ended the shell (`exit`, `exec`)
+    oom_kills: int = 0  # processes the kernel killed during the command for the memory limit
+    streams_restored: bool = False  # the command closed or redirected the shell's stdout/stderr; undone
     duration_s: float = 0.0
     cwd: str = ""
 
@@ -105,7 +107,10 @@ class SandboxLimits:
     memory: Optional[str] = "4g"  # docker syntax: 512m, 4g
     cpus: Optional[float] = 2.0
     pids: Optional[int] = 1024
-    network: str = "bridge"  # "none" cuts the sandbox off; "host" shares the host's
+    network: str = "bridge"  # "none" cuts the sandbox off; "registries": PyPI and Debian only; "host" shares the host's
+    disk: Optional[str] = "10g"  # what the sandbox may write (enforced where the engine's storage can)
+    runtime: Optional[str] = None  # the engine's OCI runtime, e.g. runsc (gVisor); None: the engine's default
+    cap_add: tuple[str, ...] = ()  # capabilities on top of the few kept (see sandbox/limits.py)
 
 
 @dataclass
@@ -177,6 +182,15 @@ class Sandbox(Protocol):
     @classmethod
     def clean(cls, everything: bool = False, dry_run: bool = False) -> list[Leftover]:
         """Remove sandboxes left behind by processes that are gone (all of this backend's with everything)."""
+
+    @classmethod
+    async def reachable(cls, timeout: float = 10.0) -> bool:
+        """Whether the backend (the engine) answers now."""
+
+    @classmethod
+    async def remove_unremoved(cls) -> list[str]:
+        """Remove this process's sandboxes whose removal failed while the backend was away (call it once
+        the backend answers again); returns their names. Those still failing are kept for a later call."""
 
     @classmethod
     def kill_all_now(cls) -> None:

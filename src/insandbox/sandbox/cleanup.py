@@ -6,13 +6,17 @@ reused pid is not mistaken for the owner) is gone from this host, whatever the c
 state. A container whose owner is alive is never touched, even if it is still being
 created or has stopped: its owner may be starting it or copying its files back.
 `everything=True` takes all of them, for when you know no run is in progress.
+
+The registries proxy and its networks (proxy.py) are shared by every process of the host, so
+they belong to no owner: they go once idle (no sandbox on their network, none joined in the
+last 10 minutes), or with `everything`.
 """
 from __future__ import annotations
 
 import os
 import socket
 
-from . import engine
+from . import engine, proxy
 from .base import Leftover
 from .docker import LABEL, LABEL_OWNER, LABEL_RUN, process_start
 
@@ -72,4 +76,4 @@ def clean(everything: bool = False, dry_run: bool = False) -> list[Leftover]:
                 if not engine.is_not_found(e):
                     raise
         removed.append(item)
-    return removed
+    return removed + proxy.clean(everything, dry_run, removing={item.id for item in removed})

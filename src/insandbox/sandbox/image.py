@@ -92,6 +92,7 @@ def debootstrap_base(progress: Progress, mirror: str) -> None:
                            "`sudo insandbox image build` once, or load debian:bookworm-slim into the engine")
     tool = _ensure_debootstrap(progress)
     rootfs = Path(tempfile.mkdtemp(prefix="insandbox-rootfs-"))
+    rootfs.chmod(0o755)  # it becomes the image's `/`; mkdtemp's 0700 would lock every other user out
     try:
         proc = subprocess.Popen([tool, "--variant=minbase", "bookworm", str(rootfs), mirror],
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -134,24 +135,29 @@ def build_image(tag: str = DEFAULT_TAG, base: Optional[str] = None, no_cache: bo
                 extra_ca: Iterable[Path] = (), progress: Progress = lambda line: None) -> ImageInfo:
     base = base or ensure_base(progress)
     ctx = _context([*host_ca_files(), *map(Path, extra_ca)])
-    step = ""
     try:
         progress(f"building {tag} on {base}")
-        log: list[str] = []
-        for chunk in engine.api().build(path=str(ctx), tag=tag, buildargs={"BASE": base}, rm=True, forcerm=True,
-                                        nocache=no_cache, decode=True, pull=False):
-            if "error" in chunk:
-                raise SandboxError(f"image build failed at {step!r}: {chunk['error'].strip()}\n"
-                                   + "\n".join(log[-15:]))
-            for line in (chunk.get("stream") or "").splitlines():
-                if line.strip():
-                    log.append(line)
-                    if line.startswith("Step "):
-                        step = line
-                    progress(line.strip())
+        build_context(ctx, tag, base, no_cache, progress)
     finally:
         shutil.rmtree(ctx, ignore_errors=True)
     return image_info(tag, base)
+
+
+def build_context(ctx: Path, tag: str, base: str, no_cache: bool = False,
+                  progress: Progress = lambda line: None) -> None:
+    """Build the Dockerfile in folder `ctx` as `tag`, FROM `base` (its BASE build argument)."""
+    step = ""
+    log: list[str] = []
+    for chunk in engine.api().build(path=str(ctx), tag=tag, buildargs={"BASE": base}, rm=True, forcerm=True,
+                                    nocache=no_cache, decode=True, pull=False):
+        if "error" in chunk:
+            raise SandboxError(f"image build failed at {step!r}: {chunk['error'].strip()}\n" + "\n".join(log[-15:]))
+        for line in (chunk.get("stream") or "").splitlines():
+            if line.strip():
+                log.append(line)
+                if line.startswith("Step "):
+                    step = line
+                progress(line.strip())
 
 
 def ensure_image(tag: str, progress: Progress = lambda line: None) -> Optional[ImageInfo]:
