@@ -2,7 +2,7 @@
 # Install everything insandbox needs on a Debian or Ubuntu machine (run as root), idempotently:
 #   system packages (Docker engine, debootstrap, Python venv, a C++ toolchain) -> a running Docker
 #   engine -> the llama.cpp wheel for the embedded model (built once, cached) -> .venv with
-#   insandbox[dev,local,bench,rl,verl] (torch pinned first) -> the sandbox image.
+#   insandbox[dev,local,bench,rl,verl] (torch pinned first) -> the sandbox image and the registries proxy's.
 # Re-running it only does what is missing.
 #
 # Env: INSANDBOX_EXTRAS        pip extras to install (default: dev,local,bench,rl,verl)
@@ -10,7 +10,7 @@
 #                              build on this kind of machine; a plain `torch` pulls several GB of CUDA packages)
 #      INSANDBOX_WHEEL_CACHE   where the built llama-cpp-python wheel is kept (default ~/.cache/insandbox/wheels)
 #      INSANDBOX_LLAMA_VERSION llama-cpp-python version to build (default 0.3.36)
-#      INSANDBOX_SKIP_IMAGE=1  do not build the sandbox image
+#      INSANDBOX_SKIP_IMAGE=1  do not build the sandbox image (nor the registries proxy's)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -107,5 +107,11 @@ fi
 if [ -z "${INSANDBOX_SKIP_IMAGE:-}" ] && ! docker image inspect insandbox:latest >/dev/null 2>&1; then
   log "building the sandbox image insandbox:latest (once; about 2 minutes)"
   .venv/bin/insandbox image build
+fi
+if [ -z "${INSANDBOX_SKIP_IMAGE:-}" ] && ! .venv/bin/python -c "import sys
+from insandbox.sandbox import image, proxy
+sys.exit(0 if image.image_exists(proxy.image_tag()) else 1)" 2>/dev/null; then
+  log "building the proxy image of --network registries (once; about 10 s)"
+  .venv/bin/insandbox image build-proxy >/dev/null
 fi
 log "ready: .venv/bin/insandbox"

@@ -1,0 +1,269 @@
+"""Network modes, on the real engine: bridge (full egress), none, registries (PyPI and Debian only,
+through the allow-list proxy) and host. The host's loopback services are out of reach in every mode
+but host; in registries mode nothing of this machine is reachable at all, and the proxy refuses
+every host but the registries (these tests reach PyPI and Debian through it)."""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+import subprocess
+import sys
+import threading
+import uuid
+from pathlib import Path
+
+import pytest
+
+from insandbox.sandbox import SandboxLimits, proxy
+from tests.helpers import cli
+
+# connect to each "ip:port" given (all at once), say what happened, as JSON {target: "ok" | error}
+PROBE = r"""
+import json, sys
+from concurrent.futures import ThreadPoolExecutor
+from socket import create_connection
+
+def attempt(target):
+    ip, port = target.rsplit(":", 1)
+    try:
+        with create_connection((ip, int(port)), timeout=3) as s:
+            return "ok" if s.recv(5) == b"hello" else "connected, no greeting"
+    except OSError as e:
+        return repr(e)
+
+with ThreadPoolExecutor(len(sys.argv)) as pool:
+    print(json.dumps(dict(zip(sys.argv[1:], pool.map(attempt, sys.argv[1:])))))
+"""
+
+
+@contextlib.contextmanager
+def tcp_server(host: str):
+    """A server on this machine that greets every connection with b"hello"; yields its port."""
+    srv = socket.socket()
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind((host, 0))
+    srv.listen(16)
+    srv.settimeout(0.2)
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                continue
+            with conn:
+                conn.sendall(b"hello")
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield srv.getsockname()[1]
+    finally:
+        stop.set()
+        thread.join()
+        srv.close()
+
+
+def gateway(network: str) -> str:
+    out = subprocess.run(["docker", "network", "inspect", network, "--format", "{{json .IPAM.Config}}"],
+                         capture_output=True, text=True, check=True).stdout
+    return json.loads(out)[0]["Gateway"]
+
+
+def host_addresses() -> list[str]:
+    """This machine's own IPv4 addresses (eth0 and every bridge), loopback aside."""
+    out = subprocess.run(["ip", "-4", "-o", "addr"], capture_output=True, text=True, check=True).stdout
+    return sorted({line.split()[3].split("/")[0] for line in out.splitlines()} - {"127.0.0.1"})
+
+
+async def probe(sandbox_factory, network: str, targets: list[str]) -> dict:
+    sb = await sandbox_factory(limits=SandboxLimits(network=network))
+    try:
+        await sb.write_file("/tmp/probe.py", PROBE.encode())
+        res = await sb.exec(["python3", "/tmp/probe.py", *targets], timeout=60)
+        assert res.exit_code == 0, res.stderr
+        return json.loads(res.stdout)
+    finally:
+        await sb.close()
+
+
+def test_host_services_are_out_of_reach_in_every_mode_but_host(sandbox_factory, run_async):
+    proxy.ensure()  # the proxy's networks exist, so their gateways can be named too
+    with tcp_server("127.0.0.1") as lo, tcp_server("0.0.0.0") as anywhere:
+        loopback = [f"127.0.0.1:{lo}", f"{gateway('bridge')}:{lo}"]
+        everywhere = [f"{ip}:{anywhere}" for ip in host_addresses()]
+        assert f"{gateway('bridge')}:{anywhere}" in everywhere
+
+        async def main():
+            return await asyncio.gather(*(probe(sandbox_factory, mode, loopback + everywhere)
+                                          for mode in ("bridge", "none", "registries", "host")))
+
+        bridge, none, registries, host = run_async(main())
+    for mode, seen in (("bridge", bridge), ("none", none), ("registries", registries)):
+        for target in loopback:
+            assert seen[target] != "ok", (mode, seen)
+    assert all(seen != "ok" for seen in none.values()), none
+    # registries: no way out, and none to this machine either, whatever it listens on (bridge, being
+    # full egress, reaches a service listening on every address of the host, at the bridge's gateway)
+    assert all(seen != "ok" for seen in registries.values()), registries
+    assert host[f"127.0.0.1:{lo}"] == "ok", host
+
+
+def test_registries_mode_reaches_pypi_and_debian_and_nothing_else(sandbox_factory, run_async):
+    pypi = socket.gethostbyname("pypi.org")  # as this machine sees it
+
+    async def main():
+        sb = await sandbox_factory(limits=SandboxLimits(network="registries"))
+        results = {}
+        for name, cmd in {
+            "pip": "cd /tmp && pip download --no-deps --no-cache-dir -q -d dl six && ls dl",
+            "apt": "apt-get update -o Acquire::IndexTargets::deb::Packages::DefaultEnabled=false 2>&1 | tail -3",
+            "debian_http": "curl -sS -o /dev/null -w '%{http_code}' http://deb.debian.org/debian/dists/bookworm/Release",
+            "example_https": "curl -sS -o /dev/null -m 10 https://example.com 2>&1",
+            "example_http": "curl -sS -m 10 http://example.com/ -w ' %{http_code}'",
+            "gateway": f"curl -sS -o /dev/null -m 10 -w '%{{http_code}}' http://{gateway('bridge')}:8888/",
+            "other_port": "curl -sS -o /dev/null -m 10 https://pypi.org:8443/ 2>&1",
+            "http_other_port": "curl -sS -o /dev/null -m 10 -w '%{http_code}' http://deb.debian.org:8080/",
+            "no_proxy": f"curl -sS -o /dev/null -m 5 --noproxy '*' --resolve pypi.org:443:{pypi} https://pypi.org 2>&1",
+            "dns": "RES_OPTIONS='timeout:1 attempts:1' getent hosts pypi.org || echo no answer",
+        }.items():
+            results[name] = (await sb.run(cmd, timeout=120)).output
+        results["env"] = (await sb.exec(["env"])).stdout
+        await sb.close()
+        return sb, results
+
+    sb, out = run_async(main())
+    px = sb.info()["network"]
+    assert px["proxy"].startswith("http://insandbox-proxy-") and "https://pypi.org" in px["allowed"], px
+    assert "six-" in out["pip"] and out["pip"].strip().endswith(".whl"), out["pip"]
+    assert "Err:" not in out["apt"] and "Reading package lists" in out["apt"], out["apt"]
+    assert out["debian_http"] == "200", out
+    # what the proxy refuses, it refuses with 403 Filtered (HTTPS: the CONNECT fails)
+    assert "CONNECT tunnel failed, response 403" in out["example_https"], out
+    assert "Filtered" in out["example_http"] and out["example_http"].endswith(" 403"), out
+    assert out["gateway"] == "403", out
+    assert "CONNECT tunnel failed, response 403" in out["other_port"], out
+    assert out["http_other_port"] == "403", out
+    # around the proxy there is nothing: no route, no names
+    assert "Failed to connect to pypi.org port 443" in out["no_proxy"], out
+    assert out["dns"].strip() == "no answer", out
+    assert f"https_proxy={px['proxy']}" in out["env"] and "no_proxy=localhost" in out["env"]
+
+
+def _scripted_probe_run(scripted, tmp_path: Path, network: str, command: str):
+    srv = scripted({"turns": [{"tool": "execute_bash", "args": {"command": command}}, {"tool": "submit"}]})
+    r = cli("run", "probe", "--model", "m", "--base-url", srv.url, "--output-dir", str(tmp_path),
+            "--network", network, "-q", "--json")
+    assert r.returncode == 0, r.stderr
+    traj = json.loads((tmp_path / "trajectory.json").read_text())
+    return r, traj["steps"][0]["tool_calls"][0]["output"], traj
+
+
+def test_host_mode_reaches_loopback_and_is_warned_about(scripted, tmp_path, docker_image):
+    with tcp_server("127.0.0.1") as lo:
+        r, seen, _ = _scripted_probe_run(scripted, tmp_path, "host",
+                                         f"python3 -c \"import socket; print(socket.create_connection("
+                                         f"('127.0.0.1', {lo}), timeout=3).recv(5))\"")
+    assert "b'hello'" in seen, seen
+    assert "warning: --network host gives the sandbox this machine's network" in r.stderr
+
+
+def test_registries_mode_from_the_command_line(scripted, tmp_path, docker_image):
+    r, seen, traj = _scripted_probe_run(scripted, tmp_path, "registries",
+                                        "curl -sS -o /dev/null -w '%{http_code}\\n' https://pypi.org/simple/six/; "
+                                        "curl -sS https://example.com 2>&1")
+    assert "warning" not in r.stderr
+    assert seen.startswith("200") and "response 403" in seen, seen
+    assert traj["config"]["network"] == "registries"
+
+
+ENSURE = ("import sys\n"
+          "from insandbox.sandbox import proxy\n"
+          "eps = [*proxy.allowed_endpoints(), proxy.Endpoint('https', sys.argv[1], 443)]\n"
+          "print(proxy.ensure(endpoints=eps).name)\n")
+
+
+def test_the_proxy_is_made_once_under_concurrency_and_again_when_it_stopped(docker_image):
+    """Three processes ask at once for a proxy nobody has made yet (a list of its own): one is
+    made, all get it; stopped, it is made again on the next look."""
+    host = f"concurrency-{uuid.uuid4().hex[:8]}.invalid"
+    label = f"label={proxy.LABEL_PROXY}=proxy"
+    try:
+        procs = [subprocess.Popen([sys.executable, "-c", ENSURE, host], stdout=subprocess.PIPE, text=True)
+                 for _ in range(3)]
+        names = {p.communicate(timeout=120)[0].strip() for p in procs}
+        assert all(p.returncode == 0 for p in procs) and len(names) == 1, names
+        name = names.pop()
+        ours = [line for line in subprocess.run(["docker", "ps", "-a", "--filter", label, "--format",
+                                                 "{{.Names}}"], capture_output=True, text=True).stdout.split()
+                if line == name]
+        assert ours == [name]
+        first = _inspect(name, "{{.Id}}")
+        subprocess.run(["docker", "stop", "-t", "0", name], capture_output=True, check=True)
+        again = subprocess.run([sys.executable, "-c", ENSURE, host], capture_output=True, text=True, timeout=120)
+        assert again.stdout.strip() == name, again.stderr
+        assert _inspect(name, "{{.State.Running}}") == "true" and _inspect(name, "{{.Id}}") != first
+    finally:
+        for c in subprocess.run(["docker", "ps", "-aq", "--filter", label], capture_output=True,
+                                text=True).stdout.split():
+            if host in _inspect(c, f'{{{{index .Config.Labels "{proxy.LABEL_ALLOWED}"}}}}'):
+                subprocess.run(["docker", "rm", "-f", c], capture_output=True)
+
+
+def _inspect(container: str, field: str) -> str:
+    return subprocess.run(["docker", "inspect", "-f", field, container], capture_output=True, text=True).stdout.strip()
+
+
+def test_clean_leaves_a_proxy_just_used_and_lists_it_with_all(sandbox_factory, run_async):
+    async def use():
+        sb = await sandbox_factory(limits=SandboxLimits(network="registries"))
+        await sb.close()
+        return sb.info()["network"]["proxy"]
+
+    name = run_async(use()).removeprefix("http://").split(":")[0]
+    r = cli("clean", "--dry-run")
+    assert r.returncode == 0 and name not in r.stdout and proxy.INTERNAL_NETWORK not in r.stdout, r.stdout
+    r = cli("clean", "--all", "--dry-run")
+    assert r.returncode == 0, r.stderr
+    for item in (name, proxy.INTERNAL_NETWORK, proxy.EGRESS_NETWORK):
+        assert f"would remove {item} " in r.stdout, r.stdout
+
+
+# ---------------------------------------------------------------------- the allow-list, without an engine
+def test_allow_list_follows_this_machines_pip_and_apt(tmp_path):
+    pip_conf = tmp_path / "pip.conf"
+    pip_conf.write_text("[global]\nindex-url = https://mirror.example/simple\n"
+                        "extra-index-url = file:///opt/pypi/simple https://extra.example:8443/simple\n")
+    apt = tmp_path / "apt"
+    (apt / "sources.list.d").mkdir(parents=True)
+    (apt / "sources.list").write_text("deb [arch=amd64] http://ftp.example.org/debian bookworm main\n"
+                                      "# deb http://commented.example/debian bookworm main\n")
+    (apt / "sources.list.d" / "extra.sources").write_text(
+        "Types: deb\nURIs: http://apt-cache.example:3142/debian\nSuites: bookworm\n\n"
+        "Types: deb\nURIs: https://off.example/debian\nEnabled: no\n")
+    (apt / "sources.list.d" / "off.list.disabled").write_text("deb http://disabled.example/ x main\n")
+    env = {"PIP_EXTRA_INDEX_URL": "https://env.example/simple", "INSANDBOX_REGISTRIES_ALLOW": "npm.example, "
+           "https://git.example:444", "INSANDBOX_DEBIAN_MIRROR": "http://build.example/debian"}
+    got = {str(ep) for ep in proxy.allowed_endpoints(env, apt, [pip_conf])}
+    assert got == {
+        *(f"{s}://{h}" for s in ("http", "https")
+          for h in ("pypi.org", "files.pythonhosted.org", "deb.debian.org", "security.debian.org", "npm.example")),
+        "https://mirror.example", "https://extra.example:8443", "https://env.example", "http://ftp.example.org",
+        "http://apt-cache.example:3142", "http://build.example", "https://git.example:444"}
+    conf, allow = proxy.render(proxy.allowed_endpoints(env, apt, [pip_conf]))
+    assert "FilterDefaultDeny Yes" in conf and "ConnectPort 443\nConnectPort 444\nConnectPort 8443" in conf
+    assert "^pypi\\.org:443$" in allow.splitlines() and "^http://apt-cache\\.example:3142/" in allow.splitlines()
+    assert "^http://deb\\.debian\\.org(:80)?/" in allow.splitlines()
+    with pytest.raises(ValueError, match="not a host name"):
+        proxy.allowed_endpoints({"INSANDBOX_REGISTRIES_ALLOW": "bad_host!"}, apt, [])
+
+
+def test_clean_keeps_a_proxy_that_is_or_was_just_in_use():
+    assert proxy.idle_reason(users=1, last_join_s=None, everything=False) == ""
+    assert proxy.idle_reason(users=0, last_join_s=30, everything=False) == ""
+    assert "no sandbox for 10 minutes" in proxy.idle_reason(users=0, last_join_s=None, everything=False)
+    assert "no sandbox" in proxy.idle_reason(users=0, last_join_s=proxy.IDLE_GRACE_S + 1, everything=False)
+    assert proxy.idle_reason(users=3, last_join_s=1, everything=True) == "--all"
