@@ -154,6 +154,35 @@ def test_container_dying_mid_run_loses_nothing(scripted, run_async, tmp_path, do
     assert result.answer == "1\n" and _no_containers_left(t)
 
 
+MEMORY_BOMB = "python3 -c 'a = [bytearray(1 << 20) for _ in range(100000)]'"
+
+
+def test_an_out_of_memory_kill_is_told_to_the_model_and_the_run_goes_on(scripted, run_async, tmp_path,
+                                                                         docker_image):
+    srv = scripted({"turns": [bash(MEMORY_BOMB), bash("echo 1 > /testbed/answer.txt"), {"tool": "submit"}]})
+    result = run_async(arun("bomb", model="m", base_url=srv.url, output_dir=tmp_path, image=docker_image,
+                            memory="256m"))
+    seen = srv.requests[1]["messages"][-1]["content"]
+    assert "killed: out of memory" in seen and "[exit code: 137]" in seen, seen
+    assert result.exit_reason == "submitted" and result.answer == "1\n"
+
+
+def test_a_sandbox_killed_for_memory_ends_the_run_as_sandbox_error_with_its_outputs(scripted, run_async, tmp_path,
+                                                                                    docker_image):
+    """The model makes the sandbox's own server the OOM killer's first choice: the container dies with
+    it; the run says why and still copies what was written."""
+    many_small = ("for i in $(seq 40); do python3 -c 'import time; a = b\"x\" * (12 << 20); time.sleep(60)' & "
+                  "done; wait")  # each one scores below the server, which goes first
+    srv = scripted({"turns": [bash("echo kept > /testbed/output/part.txt; echo 1000 > /proc/1/oom_score_adj; "
+                                   + many_small), {"tool": "submit"}]})
+    result = run_async(arun("bomb", model="m", base_url=srv.url, output_dir=tmp_path, image=docker_image,
+                            memory="256m"))
+    t = result.trajectory
+    assert t.exit_reason == "sandbox_error" and "memory limit" in t.exit_detail, t.exit_detail
+    assert result.files == ["part.txt"] and (tmp_path / "files/part.txt").read_text() == "kept\n"
+    assert _no_containers_left(t)
+
+
 def test_abusive_calls_are_tool_errors_and_the_run_goes_on(scripted, run_async, tmp_path, docker_image):
     """Regressions: a FIFO viewed with the editor blocked the server 30 s and ended the run as
     sandbox_error; a lone surrogate in the arguments ended it with 0 steps; a FIFO answer.txt stalled

@@ -121,8 +121,16 @@ Memory = Annotated[str, typer.Option(help="Sandbox memory limit, e.g. 512m, 4g (
                                      rich_help_panel=S)]
 Cpus = Annotated[float, typer.Option(help="Sandbox CPU limit (0: no limit).", rich_help_panel=S)]
 PidsLimit = Annotated[int, typer.Option(help="Sandbox process limit (0: no limit).", rich_help_panel=S)]
-Network = Annotated[str, typer.Option(help="Sandbox network: bridge, none, host, or an existing Docker network.",
-                                      rich_help_panel=S)]
+Network = Annotated[str, typer.Option(help="Sandbox network: bridge (full egress), none, registries (PyPI and "
+                                           "Debian only, through a proxy), host (warned), or an existing Docker "
+                                           "network.", rich_help_panel=S)]
+Disk = Annotated[str, typer.Option(help="What a sandbox may write to its disk, e.g. 10g ('none': no limit; see the "
+                                         "README, 'Security and reliability').", rich_help_panel=S)]
+Runtime = Annotated[Optional[str], typer.Option(help="The engine's container runtime, e.g. runsc for gVisor "
+                                                     "(default: the engine's own).", rich_help_panel=S)]
+CapAdd = Annotated[Optional[list[str]], typer.Option("--cap-add", help="A capability the sandbox keeps beyond the "
+                                                     "few apt-get and pip need, e.g. SYS_PTRACE (repeatable).",
+                                                     rich_help_panel=S)]
 EnvVars = Annotated[Optional[list[str]], typer.Option("--env", help="KEY=VALUE set in the sandbox (repeatable).",
                                                       rich_help_panel=S)]
 CopyFileLimit = Annotated[str, typer.Option(help="Copy-back: files bigger than this stay behind (recorded), e.g. "
@@ -135,8 +143,8 @@ CopyFilesLimit = Annotated[int, typer.Option(help="Copy-back: at most this many 
 
 def _shared_settings(*, model, base_url, api_key, gguf, temperature, max_tokens, extra_body, max_retries,
                      request_timeout, send_reasoning, tool_choice, max_steps, token_budget, time_limit, stuck_after,
-                     prompt_config, image, timeout_per_command, output_limit, memory, cpus, pids_limit, network, env,
-                     max_output_file_size, max_output_size, max_output_files) -> dict:
+                     prompt_config, image, timeout_per_command, output_limit, memory, cpus, pids_limit, network, disk,
+                     runtime, cap_add, env, max_output_file_size, max_output_size, max_output_files) -> dict:
     """RunConfig fields from the shared options; BadArgument for what typer cannot check."""
     from .config import parse_size
 
@@ -166,7 +174,9 @@ def _shared_settings(*, model, base_url, api_key, gguf, temperature, max_tokens,
                token_budget=token_budget, time_limit=time_limit, stuck_after=stuck_after or None,
                prompt_config=prompt_config, image=image, timeout_per_command=timeout_per_command,
                output_limit=output_limit, memory=None if memory.lower() in ("none", "0", "") else memory,
-               cpus=cpus or None, pids_limit=pids_limit or None, network=network, env=_parse_env(env or []),
+               cpus=cpus or None, pids_limit=pids_limit or None, network=network,
+               disk=None if disk.lower() in ("none", "0", "") else disk, runtime=runtime or None,
+               cap_add=list(cap_add or []), env=_parse_env(env or []),
                output_max_file_bytes=size("--max-output-file-size", max_output_file_size),
                output_max_bytes=size("--max-output-size", max_output_size),
                output_max_files=max_output_files or None)
@@ -225,7 +235,8 @@ def run(
     time_limit: TimeLimit = None, stuck_after: StuckAfter = 5, prompt_config: PromptConfig = None,
     image: Image = "insandbox:latest", timeout_per_command: CommandTimeout = 120.0, output_limit: OutputLimit = 16000,
     memory: Memory = "4g", cpus: Cpus = 2.0, pids_limit: PidsLimit = 1024, network: Network = "bridge",
-    env: EnvVars = None, max_output_file_size: CopyFileLimit = "512m", max_output_size: CopyTotalLimit = "1g",
+    disk: Disk = "10g", runtime: Runtime = None, cap_add: CapAdd = None, env: EnvVars = None,
+    max_output_file_size: CopyFileLimit = "512m", max_output_size: CopyTotalLimit = "1g",
     max_output_files: CopyFilesLimit = 10_000,
 ) -> None:
     """Run one task: the model works in a fresh sandbox until it submits."""
@@ -273,7 +284,8 @@ def bench(
     repeats: Annotated[Optional[int], typer.Option(help="Samples per item and mode (default: the task's).")] = None,
     limit: Annotated[Optional[int], typer.Option(help="Only the first N rows.")] = None,
     ids: Annotated[Optional[str], typer.Option(help="Only these row ids (comma-separated).")] = None,
-    concurrency: Annotated[int, typer.Option(help="Samples in flight at once, each in its own sandbox.")] = 8,
+    concurrency: Annotated[Optional[int], typer.Option(help="Samples in flight at once, each in its own sandbox "
+                                                            "[default: 8; with --resume: the run's own].")] = None,
     retries: Annotated[int, typer.Option(help="Retries of a sample whose model server or sandbox failed.")] = 2,
     output_dir: Annotated[Optional[Path], typer.Option(help="Run folder (default "
                                                             "runs/bench-<task>-<timestamp>).")] = None,
@@ -295,7 +307,8 @@ def bench(
     time_limit: TimeLimit = None, stuck_after: StuckAfter = 5, prompt_config: PromptConfig = None,
     image: Image = "insandbox:latest", timeout_per_command: CommandTimeout = 120.0, output_limit: OutputLimit = 16000,
     memory: Memory = "4g", cpus: Cpus = 2.0, pids_limit: PidsLimit = 1024, network: Network = "bridge",
-    env: EnvVars = None, max_output_file_size: CopyFileLimit = "512m", max_output_size: CopyTotalLimit = "1g",
+    disk: Disk = "10g", runtime: Runtime = None, cap_add: CapAdd = None, env: EnvVars = None,
+    max_output_file_size: CopyFileLimit = "512m", max_output_size: CopyTotalLimit = "1g",
     max_output_files: CopyFilesLimit = 10_000,
 ) -> None:
     """Benchmark a model on a task, in sandbox mode, plain mode or both."""
@@ -323,7 +336,8 @@ def bench(
         run_cfg = _validated(_shared_settings(**shared))
         cfg = BenchConfig(task=task or "resume", data=data, mode=mode, repeats=repeats, limit=limit,
                           ids=[i.strip() for i in ids.split(",") if i.strip()] if ids else None,
-                          concurrency=concurrency, retries=retries, output_dir=output_dir, judge_model=judge_model,
+                          concurrency=8 if concurrency is None else concurrency, retries=retries,
+                          output_dir=output_dir, judge_model=judge_model,
                           judge_base_url=judge_base_url or base_url, judge_api_key=judge_api_key,
                           judge_prompt=judge_prompt, run=run_cfg)
     except (BadArgument, ConfigError) as e:
@@ -404,6 +418,29 @@ def image_build(
     except SandboxError as e:
         _fail(str(e), 1)
     console.print(f"built [bold]{info.tag}[/bold] on {info.base}: {info.size_bytes / 1e6:,.0f} MB ({info.id[:19]})")
+
+
+@image_app.command("build-proxy")
+def image_build_proxy(
+    no_cache: Annotated[bool, typer.Option(help="Rebuild every layer.")] = False,
+) -> None:
+    """Build the image of the allow-list proxy of --network registries (otherwise built on first use)."""
+    from rich.console import Console
+
+    from .sandbox import SandboxError
+    from .sandbox.image import image_info
+    from .sandbox.proxy import allowed_endpoints, build_image
+
+    console = Console(highlight=False)
+    try:
+        with console.status("building", spinner="dots") as status:
+            tag = build_image(no_cache=no_cache, progress=lambda line: status.update(line[:120]))
+        info = image_info(tag)
+        allowed = ", ".join(map(str, allowed_endpoints()))
+    except (SandboxError, ValueError) as e:
+        _fail(str(e), 1)
+    console.print(f"built [bold]{info.tag}[/bold]: {info.size_bytes / 1e6:,.0f} MB ({info.id[:19]}); "
+                  f"its proxy will let through {allowed}")
 
 
 @image_app.command("status")

@@ -74,6 +74,40 @@ def test_timeout_kills_the_whole_tree(sandbox_factory, run_async):
     run_async(body())
 
 
+def test_timeout_leaves_no_process_however_it_detached(sandbox_factory, run_async):
+    """Double fork, new session, cleared environment, all at once: nothing the timed-out command
+    started survives; a background job of an earlier command that did not time out does."""
+    async def body():
+        sb = await sandbox_factory()
+        await sb.run("(env -i sleep 301 &)")  # an earlier detached job, its own command ended normally
+        r = await sb.run("(env -i setsid python3 -c 'import time; time.sleep(1000)' &); "
+                         "(setsid env -i sleep 1000 &); (nohup env -i bash -c 'exec -a hidden sleep 1000' "
+                         ">/dev/null 2>&1 &); sleep 1000", timeout=1.5)
+        assert r.timed_out
+        r = await sb.run("for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done "
+                         "| grep -E 'sleep|hidden' | grep -v grep | sort")
+        assert r.output.split("\n")[0].strip() == "sleep 301" and "1000" not in r.output, r.output
+        await sb.close()
+    run_async(body())
+
+
+def test_a_shell_whose_output_was_closed_is_restored(sandbox_factory, run_async):
+    async def body():
+        sb = await sandbox_factory()
+        await sb.run("cd /tmp && x=kept")
+        r = await sb.run("echo before; exec 1>&- 2>&-; echo lost")
+        assert r.output == "before\n" and r.streams_restored and not r.timed_out
+        r = await sb.run("echo after $x $PWD; ls /nonexistent")
+        assert r.output.startswith("after kept /tmp\n") and "No such file" in r.output and not r.streams_restored
+        r = await sb.run("exec >/tmp/log 2>&1; echo into-the-log")  # a redirect is undone after the command
+        assert r.streams_restored and (await sb.run("cat /tmp/log; echo shown")).output == "into-the-log\nshown\n"
+        r = await sb.run("exec 62>&- 1>&-; echo gone")  # the saved copy is out of a command's reach
+        assert r.streams_restored and not r.shell_restarted
+        assert (await sb.run("echo $PWD")).output == "/tmp\n"
+        await sb.close()
+    run_async(body())
+
+
 def test_timeout_aborts_the_rest_of_the_command_line(sandbox_factory, run_async):
     """Like Ctrl-C in a terminal: nothing after the stuck part runs, in loops and functions too."""
     async def body():
@@ -178,7 +212,7 @@ def test_copy_back_is_file_by_file_within_limits(sandbox_factory, run_async, tmp
     is listed with its reason, and the same holds when the container has stopped (its server
     gone, the engine's archive stream is the only way)."""
     async def body():
-        sb = await sandbox_factory()
+        sb = await sandbox_factory(limits=SandboxLimits(cap_add=("MKNOD",)))  # for the device node below
         r = await sb.run(
             f"cd /testbed/output && printf 'normal\\n' > normal.txt && truncate -s {sparse} sparse.bin && "
             "mkdir -p d/e && head -c 3000000 /dev/urandom > d/e/big-but-fine.bin && "

@@ -9,7 +9,8 @@ dies without closing, the container's stdin reaches EOF, the server exits at onc
 the container stops; `insandbox clean` removes what is left.
 
 Helpers of this backend: image.py (building the image), cleanup.py (finding leftovers),
-channel.py (the attach stream), server.py (what runs inside).
+channel.py (the attach stream), server.py (what runs inside), proxy.py (the allow-list proxy
+of `--network registries`).
 """
 from __future__ import annotations
 
@@ -19,12 +20,13 @@ import json
 import os
 import posixpath
 import socket
+import subprocess
 import time
 import uuid
 from pathlib import Path
 from typing import ClassVar, Optional
 
-from . import archive, engine
+from . import archive, engine, limits
 from .base import (
     BLOCK_DEVICE,
     CHAR_DEVICE,
@@ -58,6 +60,7 @@ LABEL_CREATED = "insandbox.created"
 CHANNEL_GRACE_S = 30.0  # beyond a command's own timeout, before we call the sandbox dead
 MAX_LINK_HOPS = 8
 BUILTIN_NETWORKS = ("bridge", "none", "host")
+REGISTRIES = "registries"  # our own mode: package registries only, through proxy.py
 LIST_MAX_ENTRIES = 100_000
 READ_BATCH_BYTES = 8 << 20  # small files per copy-back request
 
@@ -65,7 +68,9 @@ READ_BATCH_BYTES = 8 << 20  # small files per copy-back request
 _GO_DIR, _GO_SYMLINK, _GO_DEVICE, _GO_FIFO, _GO_SOCKET, _GO_CHAR = 1 << 31, 1 << 27, 1 << 26, 1 << 25, 1 << 24, 1 << 21
 
 _SERVER_SOURCE: Optional[str] = None
+_WARNED: dict[str, bool] = {}  # docker host -> the missing disk limit was reported
 LIVE: dict[str, str] = {}  # container id -> name, of sandboxes this process has not removed yet
+UNREMOVED: dict[str, str] = {}  # container id -> name, of those whose removal failed (the engine was away)
 
 
 class ImageNotFound(SetupError):
@@ -132,22 +137,40 @@ class DockerSandbox:
         self.channel: Optional[Channel] = None
         self.server_info: dict = {}
         self.timings: dict[str, float] = {}
+        self.disk_limit: Optional[str] = None  # as enforced (None: none)
+        self.network_info: dict = {}  # the registries proxy, in that mode
+        self._network_mode, self._env = spec.limits.network, dict(spec.env or {})  # as start() resolves them
         self._closed = False
 
     # ------------------------------------------------------------------ the backend
     @classmethod
     async def prepare(cls, spec: SandboxSpec, on_status: Progress = lambda text: None,
                       on_progress: Progress = lambda text: None) -> None:
-        """The network exists and the image is there (insandbox:* images are built on first use)."""
-        from . import image
+        """The network exists (the registries proxy runs) and the image is there (insandbox:* images
+        are built on first use)."""
+        from . import image, proxy
 
         api = await engine.call(engine.api)
         net = spec.limits.network
-        if net not in BUILTIN_NETWORKS and not net.startswith("container:"):
+        if net == REGISTRIES:
+            await engine.call(proxy.ensure, on_status, on_progress)
+        elif net not in BUILTIN_NETWORKS and not net.startswith("container:"):
             found = await engine.call(api.networks, names=[net])
             if not any(n.get("Name") == net for n in found):
-                known = sorted({*BUILTIN_NETWORKS, *(n.get("Name") for n in await engine.call(api.networks))})
+                others = [n.get("Name") for n in await engine.call(api.networks)
+                          if not (n.get("Labels") or {}).get(proxy.LABEL_PROXY)]  # the proxy's own are internals
+                known = sorted({*BUILTIN_NETWORKS, REGISTRIES, *others})
                 raise SetupError(f"--network {net!r}: no such Docker network (known: {', '.join(known)})")
+        if spec.limits.runtime:
+            known = (await engine.call(api.info)).get("Runtimes") or {}
+            if spec.limits.runtime not in known:
+                raise SetupError(f"--runtime {spec.limits.runtime!r}: the Docker engine has no such runtime "
+                                 f"(it has: {', '.join(sorted(known))}); see the README, 'Security and reliability'")
+        if spec.limits.disk:
+            mode, why = await engine.call(limits.disk_mode, api)
+            if mode is None and not _WARNED.get(engine.docker_host()):
+                _WARNED[engine.docker_host()] = True
+                on_status(f"warning: sandboxes get no disk limit: {why}")
         if await engine.call(image.image_exists, spec.image):
             return
         if not spec.build_image or spec.image.split(":")[0] != "insandbox":
@@ -161,6 +184,28 @@ class DockerSandbox:
         from .cleanup import clean
 
         return clean(everything, dry_run)
+
+    @classmethod
+    async def reachable(cls, timeout: float = 10.0) -> bool:
+        try:
+            await asyncio.wait_for(engine.call(lambda: engine.api().ping()), timeout)
+            return True
+        except Exception:
+            return False
+
+    @classmethod
+    async def remove_unremoved(cls) -> list[str]:
+        removed = []
+        for cid, name in list(UNREMOVED.items()):
+            try:
+                await engine.call(engine.api().remove_container, cid, force=True, v=True)
+            except Exception as e:
+                if not engine.is_not_found(e):
+                    continue
+            UNREMOVED.pop(cid, None)
+            LIVE.pop(cid, None)
+            removed.append(name)
+        return removed
 
     @classmethod
     def kill_all_now(cls) -> None:
@@ -177,20 +222,74 @@ class DockerSandbox:
 
         api = await engine.call(engine.api)
         lim = self.spec.limits
-        host_config = api.create_host_config(
-            mem_limit=lim.memory, memswap_limit=lim.memory,  # same value: no swap on top
-            nano_cpus=int(lim.cpus * 1e9) if lim.cpus else None,
-            pids_limit=lim.pids, network_mode=lim.network, init=False)
+        network_mode, env = lim.network, dict(self.spec.env or {})
+        if lim.network == REGISTRIES:
+            from . import proxy
+
+            px = await engine.call(proxy.ensure)
+            network_mode, env = px.network_id, {**px.env(), **env}
+            self.network_info = px.info()
+        self._network_mode, self._env = network_mode, env
+        try:
+            size = await engine.call(limits.storage_size, api, self.spec.image, lim.disk)
+        except docker.errors.ImageNotFound:
+            raise ImageNotFound(self.spec.image) from None
         labels = {LABEL: "1", LABEL_RUN: self.spec.run_id, LABEL_OWNER: owner_label(),
                   LABEL_CREATED: str(int(time.time()))}
         t0 = time.perf_counter()
+        try:
+            created = await self._create(api, labels, size)
+        except docker.errors.APIError as e:
+            if not (size and e.status_code in (400, 500) and limits.is_quota_refusal(str(e.explanation or e))):
+                raise
+            # the engine's storage cannot cap a container's disk after all: the next best way
+            why = f"the engine refused a disk limit ({e.explanation or e})"
+            await engine.call(limits.engine_refused_size, api, why)
+            created = await self._create(api, labels, None)
+        self.container_id = created["Id"]
+        LIVE[self.container_id] = self.name
+        t1 = time.perf_counter()
+        try:
+            self.disk_limit = size or await self._own_filesystem(api)
+            self.channel = await Channel.attach(engine.docker_host(), api.api_version, self.container_id, self.name)
+            await engine.call(api.start, self.container_id)
+            t2 = time.perf_counter()
+            self.server_info = await self.channel.handshake(server_source())
+        except docker.errors.APIError as e:
+            await self.close()
+            raise SandboxError(f"could not start the sandbox container: {e.explanation or e}") from e
+        except BaseException:
+            await self.close()
+            raise
+        self.timings.update(create_s=t1 - t0, start_s=t2 - t1, ready_s=time.perf_counter() - t2)
+
+    async def _own_filesystem(self, api) -> Optional[str]:
+        """On storage that cannot cap a container's disk: a filesystem of that size (disk.py)."""
+        from . import disk
+
+        lim = self.spec.limits
+        if not lim.disk or limits.disk_mode(api)[0] != limits.OWN_FILESYSTEM:
+            return None
+        info = await engine.call(api.inspect_container, self.container_id)
+        upper = (info.get("GraphDriver") or {}).get("Data", {}).get("UpperDir", "")
+        try:
+            await engine.call(disk.attach, upper, limits.parse_size(lim.disk))
+        except (OSError, subprocess.SubprocessError) as e:
+            raise SandboxError(f"could not give the sandbox its {lim.disk} disk ({e}); "
+                               "--disk none runs it without a disk limit") from None
+        return lim.disk
+
+    async def _create(self, api, labels: dict, size: Optional[str]) -> dict:
+        import docker.errors
+
+        host_config = api.create_host_config(**limits.host_config_kwargs(self.spec.limits, size, self._network_mode))
         creating = asyncio.ensure_future(engine.call(
             api.create_container, self.spec.image, command=["python3", "-c", BOOTSTRAP],
             entrypoint=[], stdin_open=True, detach=False, tty=False, working_dir=self.spec.workdir,
-            environment=self.spec.env or None, labels=labels, name=self.name, hostname="sandbox",
+            environment=self._env or None, labels=labels, name=self.name, hostname="sandbox",
             host_config=host_config))
         try:
-            created = await asyncio.shield(creating)
+            return await asyncio.shield(creating)
         except asyncio.CancelledError:
             # the engine may create the container anyway: wait for it, then remove it
             try:
@@ -204,42 +303,44 @@ class DockerSandbox:
         except docker.errors.APIError as e:
             if e.status_code == 404 and "image" in str(e).lower():
                 raise ImageNotFound(self.spec.image) from None
+            if size and limits.is_quota_refusal(str(e.explanation or e)):
+                raise  # start() retries without the disk limit
             raise SandboxError(f"could not create the sandbox container: {e.explanation or e}") from e
-        self.container_id = created["Id"]
-        LIVE[self.container_id] = self.name
-        t1 = time.perf_counter()
-        try:
-            self.channel = await Channel.attach(engine.docker_host(), api.api_version, self.container_id, self.name)
-            await engine.call(api.start, self.container_id)
-            t2 = time.perf_counter()
-            self.server_info = await self.channel.handshake(server_source())
-        except docker.errors.APIError as e:
-            await self.close()
-            raise SandboxError(f"could not start the sandbox container: {e.explanation or e}") from e
-        except BaseException:
-            await self.close()
-            raise
-        self.timings.update(create_s=t1 - t0, start_s=t2 - t1, ready_s=time.perf_counter() - t2)
 
     def info(self) -> dict:
         return {"backend": self.backend, "image": self.spec.image, "name": self.name,
                 "container_id": self.container_id, "limits": vars(self.spec.limits).copy(),
-                "timings": dict(self.timings), "server_info": dict(self.server_info)}
+                "disk_limit": self.disk_limit,
+                "timings": dict(self.timings), "server_info": dict(self.server_info),
+                **({"network": dict(self.network_info)} if self.network_info else {})}
 
     async def close(self) -> None:
         if self._closed:
             return
         self._closed = True
+        removing = asyncio.ensure_future(self._remove())
+        try:
+            await asyncio.shield(removing)
+        except asyncio.CancelledError:
+            # Ctrl-C or SIGTERM while removing: finish removing it first (the process may exit right after)
+            await asyncio.wait([removing])
+            if not removing.cancelled():
+                removing.exception()  # retrieved: a failed removal is tried again by a later close()
+            raise
+
+    async def _remove(self) -> None:
         if self.channel is not None:
             await self.channel.close()
         if self.container_id:
             try:
-                await asyncio.shield(engine.call(engine.api().remove_container, self.container_id, force=True, v=True))
+                await engine.call(engine.api().remove_container, self.container_id, force=True, v=True)
             except Exception as e:
                 if not engine.is_not_found(e) and "already in progress" not in str(e):
                     self._closed = False  # let a later close() try again
+                    UNREMOVED[self.container_id] = self.name
                     raise SandboxError(f"could not remove container {self.name}: {e}") from e
             LIVE.pop(self.container_id, None)
+            UNREMOVED.pop(self.container_id, None)
 
     async def _dead_reason(self) -> str:
         """Why the container stopped, from the engine (OOM kill, exit code)."""
@@ -280,6 +381,7 @@ class DockerSandbox:
             exit_code=reply.get("exit_code"), total_chars=reply.get("total_chars", 0),
             total_bytes=reply.get("total_bytes", 0), timed_out=reply.get("timed_out", False),
             shell_restarted=reply.get("shell_restarted", False), shell_exited=reply.get("shell_exited", False),
+            streams_restored=reply.get("streams_restored", False), oom_kills=reply.get("oom_kills", 0),
             duration_s=reply.get("duration_s", 0.0), cwd=reply.get("cwd", ""))
 
     async def exec(self, argv: list[str], timeout: float = 60.0, stdin: str = "") -> ExecResult:

@@ -50,9 +50,18 @@ KILL_GRACE_S = 2.0  # after killing a timed-out tree, how long bash gets to retu
 # extdebug, makes every further command inside the sourced file (or a function it
 # called) act as `return`: the command unwinds, even a pure-bash `while :; do :; done`,
 # and bash is back at the top level, where the trap removes itself.
+#
+# The shell also keeps a copy of its output pipe on SAVED_OUTPUT_FD (hidden from commands), so
+# that a command that closes or redirects the shell's stdout or stderr (`exec 1>&- 2>&-`) does
+# not leave every later command mute: after each command they are pointed back at the pipe
+# (CHECK_STREAMS), and the model is told.
+SAVED_OUTPUT_FD = 62
 SHELL_INIT = (
     "__isb_unwind() { if [[ ${#BASH_SOURCE[@]} -gt 1 ]]; then return 2; fi; "
-    "trap - DEBUG; shopt -u extdebug; return 0; }")
+    "trap - DEBUG; shopt -u extdebug; return 0; }; exec %d>&1" % SAVED_OUTPUT_FD)
+CHECK_STREAMS = (
+    "if [ /proc/$$/fd/1 -ef /proc/$$/fd/{fd} ] && [ /proc/$$/fd/2 -ef /proc/$$/fd/{fd} ]; then __isb_fd=0; "
+    "elif exec 1>&{fd} 2>&{fd}; then __isb_fd=1; else __isb_fd=2; fi".format(fd=SAVED_OUTPUT_FD))
 ARM_ABORT = "trap 'shopt -s extdebug; trap __isb_unwind DEBUG' USR1"
 
 
@@ -112,7 +121,7 @@ def read_proc(pid, name):
 
 
 def process_table():
-    """pid -> (ppid, state) for every live process."""
+    """pid -> (ppid, state, start time in clock ticks since boot) for every live process."""
     table = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -122,14 +131,55 @@ def process_table():
             continue
         # the command name is in parentheses and may itself contain spaces or ')'
         fields = stat[stat.rfind(b")") + 2:].split()
-        table[int(entry)] = (int(fields[1]), fields[0].decode())
+        table[int(entry)] = (int(fields[1]), fields[0].decode(), int(fields[19]))
     return table
+
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+OOM_COUNTERS = ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control")
+
+
+def oom_kills():
+    """How many processes the kernel has killed in this container for its memory limit
+    (cgroup v2 or v1), or None where the count cannot be read."""
+    for path in OOM_COUNTERS:
+        try:
+            with open(path) as f:
+                for line in f:
+                    key, _, value = line.partition(" ")
+                    if key == "oom_kill":
+                        return int(value)
+        except (IOError, OSError, ValueError):
+            continue
+    return None
+
+
+class Moment(object):
+    """A point in the life of the container's processes: which ones started after it. Start
+    times tick at 100 Hz, too coarse for two commands a few ms apart; within that blur the pid
+    counter (pids are handed out in increasing order) decides."""
+
+    def __init__(self):
+        with open("/proc/uptime") as f:
+            self.ticks = int(float(f.read().split()[0]) * CLOCK_TICKS)
+        try:
+            with open("/proc/sys/kernel/ns_last_pid") as f:
+                self.last_pid = int(f.read())
+        except (IOError, OSError, ValueError):
+            self.last_pid = 0
+
+    def precedes(self, pid, start_ticks):
+        if start_ticks > self.ticks + 1:
+            return True
+        return start_ticks >= self.ticks - 1 and pid > self.last_pid
 
 
 def descendants(table, roots):
     children = {}
-    for pid, (ppid, _) in table.items():
-        children.setdefault(ppid, []).append(pid)
+    for pid, row in table.items():
+        children.setdefault(row[0], []).append(pid)
     found, todo = set(), list(roots)
     while todo:
         for child in children.get(todo.pop(), []):
@@ -261,10 +311,12 @@ class Server(object):
         # `source` keeps cd/export/functions; stdin is /dev/null so nothing waits for input;
         # the control fd is closed for the command so background jobs do not inherit it.
         # the trailer re-arms the abort trap, in case the command replaced it
-        line = ("export %s=%d; source %s < /dev/null %d>&-; __isb_rc=$?; %s; "
+        line = ("export %s=%d; source %s < /dev/null %d>&- %d>&-; __isb_rc=$?; %s; %s; "
                 "{ export -p; declare -f; } > %s/state.sh 2>/dev/null; "
-                "printf '%%s %%s\\0' \"$__isb_rc\" \"$PWD\" >&%d"
-                % (MARKER_VAR, n, path, sh.ctl_w, ARM_ABORT, STATE_DIR, sh.ctl_w))
+                "printf '%%s %%s %%s\\0' \"$__isb_rc\" \"$__isb_fd\" \"$PWD\" >&%d"
+                % (MARKER_VAR, n, path, sh.ctl_w, SAVED_OUTPUT_FD, ARM_ABORT, CHECK_STREAMS, STATE_DIR, sh.ctl_w))
+        started = Moment()  # before bash sees the command: its processes all come after
+        oom_before = oom_kills()
         try:
             sh.send(line)
         except (IOError, OSError):  # bash vanished just now: one fresh shell, one retry
@@ -281,7 +333,7 @@ class Server(object):
                 os.kill(sh.proc.pid, signal.SIGUSR1)
             except OSError:
                 pass
-            self.kill_command(sh, n)
+            self.kill_command(sh, n, started)
             done = self.wait_done(sh, collector, time.time() + KILL_GRACE_S)
             if done is None:  # bash itself is busy (e.g. `while true; do :; done`)
                 self.restart_shell(sh)
@@ -293,9 +345,17 @@ class Server(object):
             self.restart_shell(sh)
             result["shell_restarted"] = True
         elif isinstance(done, tuple):
-            result["exit_code"], sh.cwd = done
+            result["exit_code"], streams, sh.cwd = done
+            if streams:  # 1: stdout/stderr were closed or redirected, now restored; 2: could not be
+                result["streams_restored"] = True
+                if streams == 2:
+                    self.restart_shell(sh)
+                    result["shell_restarted"] = True
             if result["timed_out"]:
                 result["exit_code"] = None  # what bash saw was our unwinding, not the command's status
+        oom_after = oom_kills()
+        if oom_before is not None and oom_after is not None and oom_after > oom_before:
+            result["oom_kills"] = oom_after - oom_before
         result["duration_s"] = round(time.time() - start, 6)
         result["output"], result["output_tail"], result["cut_chars"] = collector.result()
         result["total_chars"] = collector.chars
@@ -305,13 +365,13 @@ class Server(object):
 
     def wait_done(self, sh, collector, deadline):
         """Stream output until bash reports the end of the command.
-        Returns (exit_code, cwd), "died" when bash exited, or None at the deadline."""
+        Returns (exit_code, streams, cwd), "died" when bash exited, or None at the deadline."""
         while True:
             if b"\0" in sh.ctl_buf:
                 msg, sh.ctl_buf = sh.ctl_buf.split(b"\0", 1)
                 self.drain(sh, collector)
-                rc, cwd = msg.decode("utf-8", "surrogateescape").split(" ", 1)
-                return int(rc), cwd
+                rc, streams, cwd = msg.decode("utf-8", "surrogateescape").split(" ", 2)
+                return int(rc), int(streams or 0), cwd
             if sh.ctl_eof:
                 self.drain(sh, collector)
                 return "died"
@@ -342,28 +402,29 @@ class Server(object):
                 return
             collector.feed(data)
 
-    def kill_command(self, sh, n):
-        """SIGKILL every process of command n: those whose environment carries its
-        marker (this also finds daemons that left the tree), their descendants, and
-        children of bash that cleared their environment."""
+    def kill_command(self, sh, n, started):
+        """SIGKILL every process of command n: those whose environment carries its marker (this
+        also finds daemons that left the tree), those started since the command began that carry
+        no other command's marker (a double fork under `env -i` leaves neither a parent nor an
+        environment to go by), and the descendants of both. Background jobs of earlier commands
+        carry their own marker and live on."""
         marker = ("%s=%d" % (MARKER_VAR, n)).encode()
+        prefix = MARKER_VAR.encode() + b"="
+        spared = set([1, sh.proc.pid, os.getpid()])
         for _ in range(10):
             table = process_table()
             marked = set()
-            for pid in table:
-                if pid in (1, sh.proc.pid):
+            for pid, (_, _, start) in table.items():
+                if pid in spared:
                     continue
                 env = read_proc(pid, "environ")
                 if env is None:
                     continue
-                variables = env.split(b"\0")
-                if marker in variables:
+                markers = [v for v in env.split(b"\0") if v.startswith(prefix)]
+                if marker in markers or (not markers and started.precedes(pid, start)):
                     marked.add(pid)
-                elif table[pid][0] == sh.proc.pid and not any(
-                        v.startswith(MARKER_VAR.encode() + b"=") for v in variables):
-                    marked.add(pid)
-            victims = (marked | descendants(table, marked)) - {1, sh.proc.pid, os.getpid()}
-            victims = set(p for p in victims if table.get(p, (0, "Z"))[1] != "Z")
+            victims = (marked | descendants(table, marked)) - spared
+            victims = set(p for p in victims if table.get(p, (0, "Z", 0))[1] != "Z")
             if not victims:
                 return
             for pid in victims:
@@ -509,7 +570,7 @@ class Server(object):
         if os.getpid() != 1:
             return
         own = set([self.shell.proc.pid]) if self.shell else set()
-        for pid, (ppid, state) in process_table().items():
+        for pid, (ppid, state, _) in process_table().items():
             if state == "Z" and ppid == 1 and pid not in own:
                 try:
                     os.waitpid(pid, os.WNOHANG)
@@ -542,6 +603,7 @@ class Server(object):
 
     def serve(self):
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        fix_root_mode()
         self.start_shell(os.getcwd())
         requests = queue.Queue()
         reader = threading.Thread(target=watch_host, args=(requests,))
@@ -563,6 +625,17 @@ class Server(object):
                 reply = {"id": req.get("id"), "ok": False, "error": "%s: %s" % (type(e).__name__, e)}
             self.send(reply)
             self.reap()
+
+
+def fix_root_mode():
+    """Give `/` mode 0755. Images built before that was fixed in image.py have a 0700 `/` (the
+    debootstrap folder's), and Docker's btrfs and devicemapper drivers can hand out 0700 or 0777
+    (moby#44106, #53500); 0700 locks every other user out (apt-get's `_apt` downloads fail)."""
+    try:
+        if os.stat("/").st_mode & 0o7777 != 0o755:
+            os.chmod("/", 0o755)
+    except OSError:
+        pass
 
 
 def watch_host(requests):

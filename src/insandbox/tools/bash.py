@@ -36,7 +36,8 @@ class ExecuteBash:
         return ToolOutput(render(result, self.timeout), exit_code=result.exit_code, timed_out=result.timed_out,
                           total_chars=result.total_chars,
                           meta={"cut_chars": result.cut_chars, "duration_s": result.duration_s,
-                                "shell_restarted": result.shell_restarted})
+                                "shell_restarted": result.shell_restarted,
+                                "streams_restored": result.streams_restored, "oom_kills": result.oom_kills})
 
 
 def render(r: CommandResult, timeout: float) -> str:
@@ -61,6 +62,13 @@ def render(r: CommandResult, timeout: float) -> str:
     elif r.shell_restarted:
         notes.append(f"[the shell had to be restarted; it is back in {r.cwd} with the exported variables and "
                      "functions restored, other shell state is lost]")
+    if r.oom_kills:
+        what = "a process" if r.oom_kills == 1 else f"{r.oom_kills} processes"
+        notes.append(f"[killed: out of memory: the kernel killed {what} of this command for going over the "
+                     "sandbox's memory limit; use less memory (smaller chunks, streaming) or free some]")
+    if r.streams_restored:
+        notes.append("[the command closed or redirected the shell's own stdout/stderr; they were pointed back "
+                     "at this terminal, so later commands show their output again]")
     if r.exit_code is not None:
         notes.append(f"[exit code: {r.exit_code}]")
     return text + "\n".join(notes)
