@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Optional
 
 
 class JSONHandler(BaseHTTPRequestHandler):
@@ -15,10 +16,12 @@ class JSONHandler(BaseHTTPRequestHandler):
     def send_json(self, code: int, obj: dict) -> None:
         self.send_raw(code, json.dumps(obj, ensure_ascii=False).encode(), "application/json")
 
-    def send_raw(self, code: int, body: bytes, content_type: str) -> None:
+    def send_raw(self, code: int, body: bytes, content_type: str, headers: Optional[dict] = None) -> None:
         self.send_response(code)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, str(value))
         self.end_headers()
         self.wfile.write(body)
 

@@ -26,15 +26,39 @@ server answers `submit`. Script-level keys: `latency` (seconds per call),
 false` (send no usage), `llm_turns` (played instead of `turns` when the request offers no
 tools, i.e. plain mode), `match` (with several scripts: pick the one whose `match` text
 appears in the first user message, the longest such; else the script whose `name` is
-the model).
+the model), `faults` (see below).
+
+Faults. A turn's `fail` makes its first `times` tries (default 1) fail; a script's
+`faults` list makes requests fail by their number instead, whatever the turn:
+`{"requests": [3, 12], "status": 503}` (the 3rd to the 12th chat request this server
+received, counted from 1; a single number for one request). Either holds one of:
+
+    {"status": 503, "message": "..."}             # a JSON error body (status may be a list,
+                                                  #   cycled over the failures: [500, 502, 503])
+    {"status": 200, "body": "<html>..</html>", "content_type": "text/html"}  # a raw body
+    {"status": 429, "headers": {"Retry-After": "2"}}                 # extra response headers
+    {"status": 429, "retry_after_date": 2}      # Retry-After as an HTTP date 2 s ahead (whole seconds)
+    {"hang": true}                # read the request, never answer (until the server stops)
+    {"drop": true}                # close the connection without a word
+    {"cut": 40}                   # the real reply's headers and first 40 bytes, then close;
+                                  #   with "hang": true, stay silent instead of closing
+    {"cut": 40, "length": false}  # the same without Content-Length (the body ends at the close)
+    {"trickle": 0.2}              # the real reply, one byte every 0.2 s
+
+Every request is logged when it arrives (`ScriptedServer.requests`): `n` (its number),
+`conv`, `turn`, `t_recv`, then `status`, `t_sent`, `fault` (its kind) and `headers` (the
+extra ones) as it is answered.
 """
 from __future__ import annotations
 
+import email.utils
 import hashlib
 import json
+import math
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Optional, Union
 
@@ -103,6 +127,30 @@ class _State:
         self.lock = threading.Lock()
         self.requests: list[dict] = []
         self.failures: dict[tuple, int] = {}
+        self.count = 0  # chat requests received
+        self.stopping = threading.Event()  # set on stop: hung answers give up
+
+    def number(self) -> int:
+        with self.lock:
+            self.count += 1
+            return self.count
+
+    def fault_for(self, script: dict, turn: dict, conv: str, index: int, n: int) -> Optional[tuple[dict, int]]:
+        """The fault request `n` plays, if any, and how many failures of that spec came before it."""
+        for fault in script.get("faults") or []:
+            span = fault.get("requests", 1)
+            first, last = (span, span) if isinstance(span, int) else (span[0], span[-1])
+            if first <= n <= last:
+                return fault, n - first
+        fail = turn.get("fail")
+        if fail:
+            key = (conv, index)
+            with self.lock:
+                done = self.failures.get(key, 0)
+                if done < int(fail.get("times", 1)):
+                    self.failures[key] = done + 1
+                    return fail, done
+        return None
 
     def record(self, rec: dict) -> dict:
         """Log a request when it arrives (a client may give up before the answer); the handler
@@ -148,6 +196,7 @@ class _Handler(JSONHandler):
         if not self.route().endswith("/chat/completions"):
             return self.send_json(404, {"error": {"message": "not found"}})
         t_recv = time.time()
+        n = state.number()
         try:
             req = json.loads(raw)
             messages = req["messages"]
@@ -164,28 +213,16 @@ class _Handler(JSONHandler):
         index = sum(1 for m in messages if m.get("role") == "assistant")
         turns = script["llm_turns"] if not req.get("tools") and "llm_turns" in script else script["turns"]
         turn = turns[index] if index < len(turns) else {"tool": "submit"}
-        record = state.record({"conv": conv, "turn": index, "t_recv": t_recv, "messages": messages,
+        record = state.record({"n": n, "conv": conv, "turn": index, "t_recv": t_recv, "messages": messages,
                                "tools": req.get("tools"),
                                "params": {k: v for k, v in req.items() if k not in ("messages", "tools")}})
 
         latency = turn.get("latency", state.latency if state.latency is not None else script.get("latency", 0))
         if latency:  # before a scripted failure too: a request can take long and still fail
             time.sleep(latency)
-        fail = turn.get("fail")
-        if fail:
-            key = (conv, index)
-            with state.lock:
-                done = state.failures.get(key, 0)
-                failing = done < int(fail.get("times", 1))
-                if failing:
-                    state.failures[key] = done + 1
-            if failing:
-                status = int(fail.get("status", 500))
-                record.update(status=status, t_sent=time.time())
-                if "body" in fail:  # sent as is: a proxy's page, a truncated answer
-                    return self.send_raw(status, str(fail["body"]).encode(), fail.get("content_type", "text/html"))
-                return self.send_json(status, {"error": {"message": fail.get("message", "scripted failure")}})
-
+        fault = state.fault_for(script, turn, conv, index, n)
+        if fault:
+            return self.play_fault(*fault, record, lambda: self.completion(req, script, turn, messages, t_recv))
         prompt_tokens = max(1, len(json.dumps(messages)) // 4)
         window = script.get("context_window")
         want = req.get("max_tokens") or req.get("max_completion_tokens") or 0
@@ -196,6 +233,14 @@ class _Handler(JSONHandler):
                 f"{prompt_tokens + want} tokens ({prompt_tokens} in the messages, {want} in the completion). "
                 "Please reduce the length of the messages or completion.")}})
 
+        body = self.completion(req, script, turn, messages, t_recv)
+        record.update(status=200, t_sent=time.time(), reply=json.loads(body)["choices"][0]["message"]
+                      if state.keep_requests else None)
+        self.send_raw(200, body, "application/json")
+
+    def completion(self, req: dict, script: dict, turn: dict, messages: list, t_recv: float) -> bytes:
+        """The turn's chat completion, as the bytes of its JSON body."""
+        prompt_tokens = max(1, len(json.dumps(messages)) // 4)
         calls = _calls_of(turn)
         content = turn.get("content")
         if calls and turn.get("as_text"):
@@ -219,8 +264,62 @@ class _Handler(JSONHandler):
             usage.update(turn.get("usage") or {})
             usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
             body["usage"] = usage
-        record.update(status=200, t_sent=time.time(), reply=message if state.keep_requests else None)
-        self.send_json(200, body)
+        return json.dumps(body, ensure_ascii=False).encode()
+
+    def play_fault(self, fault: dict, k: int, record: dict, completion: Callable[[], bytes]) -> None:
+        """Answer with fault `fault`, the `k`-th failure of its spec."""
+        stopping = self.server.state.stopping
+        kind = next((x for x in ("drop", "cut", "trickle", "hang") if fault.get(x) not in (None, False)), "status")
+        record["fault"] = kind
+        if kind in ("drop", "hang"):
+            if kind == "hang":
+                stopping.wait()
+            self.close_connection = True
+            if kind == "drop":
+                record["t_sent"] = time.time()  # the close
+            return
+        status = fault.get("status", 200 if kind in ("cut", "trickle") else 500)
+        status = int(status[k % len(status)] if isinstance(status, list) else status)
+        headers = {str(h): str(v) for h, v in (fault.get("headers") or {}).items()}
+        if "retry_after_date" in fault:
+            headers["Retry-After"] = email.utils.formatdate(math.ceil(time.time() + float(fault["retry_after_date"])),
+                                                            usegmt=True)
+        if kind in ("cut", "trickle"):
+            body, content_type = completion(), "application/json"
+        elif "body" in fault:  # sent as is: a proxy's page, a truncated answer
+            body, content_type = str(fault["body"]).encode(), fault.get("content_type", "text/html")
+        else:
+            body = json.dumps({"error": {"message": fault.get("message", "scripted failure")}}).encode()
+            content_type = "application/json"
+        record.update(status=status, headers=dict(headers), t_sent=time.time())
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        if fault.get("length", True) is False:
+            headers["Connection"] = "close"
+            self.close_connection = True
+        else:
+            headers["Content-Length"] = str(len(body))
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.end_headers()
+        try:
+            if kind == "cut":
+                self.wfile.write(body[:int(fault["cut"])])
+                self.wfile.flush()
+                if fault.get("hang"):
+                    stopping.wait()
+                self.close_connection = True
+            elif kind == "trickle":
+                for i in range(len(body)):
+                    self.wfile.write(body[i:i + 1])
+                    self.wfile.flush()
+                    if stopping.wait(float(fault["trickle"])):
+                        break
+                self.close_connection = True
+            else:
+                self.wfile.write(body)
+        except (BrokenPipeError, ConnectionResetError):  # the client gave up
+            self.close_connection = True
 
 
 class ScriptedServer:
@@ -253,6 +352,7 @@ class ScriptedServer:
         return self
 
     def stop(self) -> None:
+        self.httpd.state.stopping.set()
         self.httpd.shutdown()
         self.httpd.server_close()
         if self.thread:
