@@ -39,6 +39,7 @@ def _bench_script(task: str, rows) -> dict:
     return {"scripts": scripts}
 
 
+@pytest.mark.shared_data
 @pytest.mark.parametrize("task", TASKS)
 def test_each_task_end_to_end_in_both_modes(task, scripted, run_async, tmp_path, docker_image):
     rows = dev_rows(task)
@@ -80,6 +81,7 @@ def test_each_task_end_to_end_in_both_modes(task, scripted, run_async, tmp_path,
         assert result.summary["tasks"][task]["sandbox"]["approximate"]
 
 
+@pytest.mark.shared_data
 def test_repeats_and_judge_wiring(scripted, run_async, tmp_path, docker_image):
     rows = dev_rows("physics")[:2]
     script = _bench_script("physics", rows)
@@ -98,6 +100,7 @@ def test_repeats_and_judge_wiring(scripted, run_async, tmp_path, docker_image):
     assert summary["ci95"][0] < 0.5 and summary["ci95"][1] == 1.0
 
 
+@pytest.mark.shared_data
 def test_resume_after_a_killed_run_repeats_nothing(scripted, tmp_path, docker_image):
     rows = dev_rows("chem")[:6]
     script = _bench_script("chem", rows[:2])

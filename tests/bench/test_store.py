@@ -33,3 +33,54 @@ def test_compact_keeps_the_last_record_of_each_sample(tmp_path):
     assert store.compact() == 1
     assert sorted(store.load(), key=lambda r: r["repeat"]) == [lines[2], lines[1]]
     assert store.compact() == 0
+
+
+def test_a_half_line_left_by_a_kill_is_dropped_before_the_next_record(tmp_path):
+    """Regression: a record appended after a half line (a kill during a write) was glued onto it and lost."""
+    import json
+
+    whole = {"id": "a", "mode": "llm", "repeat": 0, "error": None, "answer": "é"}
+    half = json.dumps({"id": "b", "mode": "llm", "repeat": 0, "answer": "日本"}, ensure_ascii=False).encode()[:-5]
+    (tmp_path / "results.jsonl").write_bytes((json.dumps(whole) + "\n").encode() + half)  # cut inside a character
+    store = ResultStore(tmp_path)  # the next session
+    assert store.load() == [whole]
+    assert store.compact() == 0
+    store.append({"id": "b", "mode": "llm", "repeat": 0, "error": None})
+    lines = (tmp_path / "results.jsonl").read_text().splitlines()
+    assert [json.loads(x)["id"] for x in lines] == ["a", "b"]
+
+
+def test_a_failed_write_leaves_the_file_as_it_was(tmp_path, monkeypatch):
+    """A full disk: the append that got half its line out is cut back; a failed rewrite keeps the old file."""
+    import errno
+    import os
+
+    import pytest
+
+    store = ResultStore(tmp_path)
+    store.append({"id": "a", "mode": "llm", "repeat": 0, "error": "x", "attempts": 1})
+    before = (tmp_path / "results.jsonl").read_bytes()
+    real_write = os.write
+
+    def disk_full(fd, data):  # the first 10 bytes fit, then the device is full
+        if len(data) > 10:
+            return real_write(fd, bytes(data[:10]))
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "write", disk_full)
+    with pytest.raises(OSError):
+        store.append({"id": "b", "mode": "llm", "repeat": 0, "error": None})
+    monkeypatch.undo()
+    assert (tmp_path / "results.jsonl").read_bytes() == before
+
+    def no_rename(*a):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", no_rename)
+    with pytest.raises(OSError):
+        store.append({"id": "a", "mode": "llm", "repeat": 0, "error": None, "attempts": 1})  # a rewrite
+    monkeypatch.undo()
+    assert (tmp_path / "results.jsonl").read_bytes() == before
+    assert not (tmp_path / "results.jsonl.part").exists()
+    store.append({"id": "b", "mode": "llm", "repeat": 0, "error": None})  # space again: it goes on
+    assert [r["id"] for r in store.load()] == ["a", "b"]

@@ -7,11 +7,22 @@ so a killed run loses nothing and `--resume RUN_DIR` runs only what is missing.
 Failures of the infrastructure (the model server or the sandbox) are retried, and if
 they persist the sample is recorded as an error, apart from wrong answers; ten such
 failures in a row stop the run, since something is down.
+
+The Docker engine going away (a daemon restart) is waited out rather than counted: after a
+sandbox failure the runner asks the engine whether it is there; if not, every sandbox sample
+waits (backing off, at most `engine_wait_s`) until it answers again, the containers that
+could not be removed meanwhile are removed, and the samples the outage cut off run again
+without using up their retries (each failed attempt stays listed in the record's
+`failed_attempts`). An engine that does not come back stops the run, resumable.
+
+A run folder that cannot be written (disk full, read-only) stops the run at once with what,
+where and how to resume: every record already written stays whole.
 """
 from __future__ import annotations
 
 import asyncio
 import datetime as _dt
+import errno
 import json
 import re
 import time
@@ -29,20 +40,35 @@ from ..models.base import ModelClient
 from ..models.openai_compat import OpenAIChatClient
 from ..prompts import PromptConfig, load_prompt_overrides
 from ..runner import arun, make_model_client, prepare_sandbox
+from ..sandbox import backend_class
 from ..trajectory import now_iso
 from . import stats
 from .data import Row, load_rows
 from .scorers import JudgeSettings, Scorer, make_scorer
-from .store import ResultStore, latest
+from .store import ResultStore, latest, sample_key, write_atomic
 from .tasks import TaskSpec, load_task
 
 MAX_CONSECUTIVE_INFRA = 10
+MAX_OUTAGE_RETRIES = 3  # attempts of one sample cut off by engine outages that are not counted as retries
 BENCH_FILE = "bench.json"
 SUMMARY_FILE = "summary.json"
+HOST_WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO)
 
 
 class BenchAborted(RuntimeError):
     pass
+
+
+class EngineOutage(BenchAborted):
+    """The sandbox engine did not answer again within the wait."""
+
+
+class RunFolderUnwritable(BenchAborted):
+    """The run folder cannot be written (disk full, quota, read-only): nothing more can be recorded."""
+
+
+def is_host_write_error(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in HOST_WRITE_ERRNOS
 
 
 class BenchConfig(BaseModel):
@@ -57,6 +83,7 @@ class BenchConfig(BaseModel):
     concurrency: int = Field(default=8, ge=1)
     retries: int = Field(default=2, ge=0)  # per sample, for infrastructure failures
     retry_backoff_s: float = Field(default=2.0, ge=0)  # doubled at each retry, at most 30 s
+    engine_wait_s: float = Field(default=300.0, ge=0)  # how long sandbox samples wait for an engine that went away
     output_dir: Optional[Path] = None
     runs_root: Path = Path("runs")
     judge_model: Optional[str] = None
@@ -131,6 +158,67 @@ def load_bench_config(run_dir: Path) -> BenchConfig:
     return BenchConfig(**saved, run=RunConfig(**run))
 
 
+class EngineWatch:
+    """Whether the sandbox engine is there, shared by the samples of a run.
+
+    After a failed sandbox attempt a sample calls `outage_during`: if the engine does not answer,
+    one waiter polls it (backing off from 0.5 s to 5 s, at most `max_wait_s`) and every sandbox
+    sample waits with it (`ready`, before each attempt), so none burns its retries or starts a
+    container while the engine is away. Once it answers, the containers whose removal failed
+    meanwhile are removed. If it does not, EngineOutage reaches every waiting sample."""
+
+    def __init__(self, backend: str, max_wait_s: float, on_status, run_dir: Path):
+        self.backend = backend_class(backend)
+        self.max_wait_s = max_wait_s
+        self.on_status = on_status
+        self.run_dir = run_dir
+        self.outages: list[dict] = []  # this session's: when, how long, containers removed afterwards
+        self._waiting: Optional[asyncio.Future] = None
+        self._last_back = float("-inf")  # monotonic time the last outage ended
+
+    async def ready(self) -> None:
+        """Return once the engine is not known to be away (raises EngineOutage if it never came back)."""
+        if self._waiting is not None:
+            await asyncio.shield(self._waiting)
+
+    async def outage_during(self, since: float) -> bool:
+        """After a sandbox failure of an attempt begun at `since` (monotonic): was the engine away
+        meanwhile? If it is away now, return only once it answers again."""
+        if self._waiting is None:
+            if await self.backend.reachable():
+                return since < self._last_back
+            if self._waiting is None:
+                self._waiting = asyncio.ensure_future(self._wait())
+        await asyncio.shield(self._waiting)
+        return True
+
+    def close(self) -> None:
+        """The run is over: stop waiting for the engine."""
+        if self._waiting is not None and not self._waiting.done():
+            self._waiting.cancel()
+
+    async def _wait(self) -> None:
+        t0, delay = time.monotonic(), 0.5
+        self.on_status(f"the sandbox engine is not answering: sandbox samples wait for it (up to "
+                       f"{self.max_wait_s:g} s)")
+        while not await self.backend.reachable():
+            waited = time.monotonic() - t0
+            if waited >= self.max_wait_s:
+                raise EngineOutage(f"the sandbox engine has not answered for {waited:.0f} s; stopping. Every "
+                                   f"sample recorded so far is kept; start the engine (e.g. `dockerd &`, or `bash "
+                                   f"scripts/setup.sh`) and finish the run with: insandbox bench --resume "
+                                   f"{self.run_dir}")
+            await asyncio.sleep(min(delay, max(self.max_wait_s - waited, 0.0)))
+            delay = min(delay * 2, 5.0)
+        removed = await self.backend.remove_unremoved()
+        down_s = time.monotonic() - t0
+        self.outages.append({"at": now_iso(), "waited_s": round(down_s, 2), "containers_removed": len(removed)})
+        self._last_back = time.monotonic()
+        self._waiting = None
+        self.on_status(f"the sandbox engine answers again (waited {down_s:.0f} s); removed {len(removed)} "
+                       "container(s) it had left; the samples it cut off run again")
+
+
 class BenchRun:
     def __init__(self, cfg: BenchConfig, run_dir: Optional[Path] = None, progress: Optional[BenchProgress] = None):
         self.cfg = cfg
@@ -148,7 +236,10 @@ class BenchRun:
         self.client: Optional[ModelClient] = None
         self.judge: Optional[OpenAIChatClient] = None
         self.scorer: Optional[Scorer] = None
+        self.engine = EngineWatch(cfg.run.backend, cfg.engine_wait_s, self.progress.on_status, self.run_dir)
         self._infra_streak = 0
+        self._stop: Optional[BenchAborted] = None  # set by a sample whose failure stops the run
+        self._recorded: set[tuple[str, str, int]] = set()  # samples with a record when the session began
 
     # ------------------------------------------------------------------ set-up
     def _save_config(self, rows: list[Row]) -> None:
@@ -158,10 +249,21 @@ class BenchRun:
             if saved.get("row_ids") != [r.id for r in rows]:
                 raise ConfigError(f"{self.run_dir} was run on other rows; resume with the same data and task")
             return
-        path.write_text(json.dumps({"config": self.cfg.public(), "task": self.task.model_dump(),
-                                    "row_ids": [r.id for r in rows], "modes": self.modes, "repeats": self.repeats,
-                                    "max_steps": self.max_steps,
-                                    "created_at": now_iso()}, indent=1, ensure_ascii=False), encoding="utf-8")
+        write_atomic(path, json.dumps({"config": self.cfg.public(), "task": self.task.model_dump(),
+                                       "row_ids": [r.id for r in rows], "modes": self.modes, "repeats": self.repeats,
+                                       "max_steps": self.max_steps, "created_at": now_iso()},
+                                      indent=1, ensure_ascii=False))
+
+    def _unwritable(self, error: OSError) -> RunFolderUnwritable:
+        where = error.filename or self.run_dir
+        try:
+            recorded = len(latest(self.store.load()))
+        except OSError:
+            recorded = "the"
+        return RunFolderUnwritable(
+            f"cannot write the run folder: {error.strerror or error} ({where}). The run stopped; {recorded} "
+            f"sample(s) already recorded are kept whole in {self.store.path}. Free some space (or fix the device) "
+            f"and finish the run with: insandbox bench --resume {self.run_dir}")
 
     async def _open_clients(self) -> None:
         run = self.cfg.run.with_environment()
@@ -189,8 +291,23 @@ class BenchRun:
         run = self.cfg.run
         overrides = {"mode": mode, "output_dir": self.run_dir / rel, "max_steps": self.max_steps}
         started, attempts, result, crash = time.time(), 0, None, None
+        sandbox = mode == "sandbox"
+        failures: list[dict] = []  # every failed attempt, in order
+        outages = 0  # attempts cut off by the engine going away: not counted as retries
+        gone: Optional[EngineOutage] = None  # the engine did not come back: record this sample, then stop
+        # an earlier session was killed or stopped while running it: its folder is there, without a record
+        cut_off = int((row.id, mode, repeat) not in self._recorded and (self.run_dir / rel).is_dir())
         while True:
+            if sandbox:
+                try:
+                    await self.engine.ready()  # no container starts while the engine is known to be away
+                except EngineOutage as e:
+                    if not attempts:
+                        raise
+                    gone = e
+                    break
             attempts += 1
+            began = time.monotonic()
             try:
                 result = await arun(row.problem_statement, run, model_client=self.client, prompts=self.prompts,
                                     input_files=row.input_files, task_id=row.id, prepared=True, **overrides)
@@ -198,15 +315,41 @@ class BenchRun:
             except (ConfigError, FileNotFoundError):
                 raise
             except Exception as e:  # the sandbox could not even start, the engine went away, ...
+                if is_host_write_error(e):  # no retry can help: the run folder takes nothing more
+                    raise self._unwritable(e) from e
                 result, crash = None, f"{type(e).__name__}: {e}"
             failed = crash is not None or result.exit_reason is None or result.exit_reason.is_failure
-            if not failed or attempts > self.cfg.retries:
+            if not failed:
                 break
-            await asyncio.sleep(min(self.cfg.retry_backoff_s * 2 ** (attempts - 1), 30))
-        record = {"id": row.id, "task": self.task.name, "mode": mode, "repeat": repeat, "attempts": attempts,
-                  "started_at": started, "finished_at": None, "trajectory": str(rel / "trajectory.json")}
+            error = crash or f"{result.exit_reason}: {result.trajectory.exit_detail}"
+            failures.append({"attempt": attempts, "error": error})
+            if sandbox and (crash or result.exit_reason is not ExitReason.MODEL_ERROR):
+                try:
+                    away = await self.engine.outage_during(began)
+                except EngineOutage as e:
+                    failures[-1]["engine_away"] = True
+                    gone = e
+                    break
+                if away:
+                    failures[-1]["engine_away"] = True
+                    if outages < MAX_OUTAGE_RETRIES:
+                        outages += 1
+                        continue  # the engine is back: run it again at once
+            if attempts - outages > self.cfg.retries:
+                break
+            await asyncio.sleep(min(self.cfg.retry_backoff_s * 2 ** (attempts - outages - 1), 30))
+        record = {"id": row.id, "task": self.task.name, "mode": mode, "repeat": repeat,
+                  "attempts": attempts + cut_off, "started_at": started, "finished_at": None,
+                  "trajectory": str(rel / "trajectory.json")}
+        if cut_off:
+            record.update(resumed_attempts=cut_off, cut_off_earlier=True)
+        if failures:
+            record["failed_attempts"] = failures
+        if gone is not None:
+            error += f" (the sandbox engine did not answer again within {self.cfg.engine_wait_s:g} s)"
+            self._stop = gone
         if failed:
-            record.update(score=None, error=crash or f"{result.exit_reason}: {result.trajectory.exit_detail}",
+            record.update(score=None, error=error,
                           exit_reason=result.exit_reason if result else ExitReason.SANDBOX_ERROR)
         else:
             answer = result.answer or ""
@@ -231,10 +374,16 @@ class BenchRun:
                          self.cfg.limit)
         if not rows:
             raise ConfigError("no rows to run (check --ids / --limit / --data)")
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        self._save_config(rows)
-        self.store.compact()  # one record per sample, also in files of older versions
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            self._save_config(rows)
+            self.store.compact()  # one record per sample, also in files of older versions
+        except OSError as e:
+            if not is_host_write_error(e):
+                raise
+            raise self._unwritable(e) from e
         done = self.store.finished()
+        self._recorded = {sample_key(r) for r in self.store.load()}
         todo = [(row, k, mode) for row in rows for k in range(self.repeats) for mode in self.modes
                 if (row.id, mode, k) not in done]
         total = len(rows) * self.repeats * len(self.modes)
@@ -251,10 +400,15 @@ class BenchRun:
             async with gate:
                 self.progress.on_sample_start(row.id, mode, k)
                 record = await self._run_sample(row, k, mode)
-            self.store.append(record)
+            try:
+                self.store.append(record)
+            except OSError as e:
+                raise self._unwritable(e) from e
             finished += 1
             self._infra_streak = self._infra_streak + 1 if record.get("error") else 0
             self.progress.on_sample(record)
+            if self._stop is not None:
+                raise self._stop
             if self._infra_streak >= MAX_CONSECUTIVE_INFRA:
                 raise BenchAborted(f"{MAX_CONSECUTIVE_INFRA} samples in a row failed for infrastructure reasons; "
                                    f"last: {record['error']}. Stopping; fix it and --resume {self.run_dir}")
@@ -267,10 +421,18 @@ class BenchRun:
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            raise
-        finally:
+            self.engine.close()
             await self._close_clients()
+            try:  # the summary of what is recorded; never in place of why the run stopped
+                self.write_summary(session_wall_s=time.time() - t0, session_samples=finished)
+            except OSError:
+                pass
+            raise
+        await self._close_clients()
+        try:
             summary = self.write_summary(session_wall_s=time.time() - t0, session_samples=finished)
+        except OSError as e:
+            raise self._unwritable(e) from e
         return BenchResult(self.run_dir, summary, latest(self.store.load()))
 
     def write_summary(self, session_wall_s: float = 0.0, session_samples: int = 0) -> dict:
@@ -281,8 +443,8 @@ class BenchRun:
                        errors=sum(1 for r in records if r.get("error")), updated_at=now_iso(),
                        session={"samples": session_samples, "wall_s": round(session_wall_s, 2),
                                 "samples_per_min": round(session_samples / session_wall_s * 60, 2)
-                                if session_wall_s > 0 else None})
-        (self.run_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=1), encoding="utf-8")
+                                if session_wall_s > 0 else None, "engine_outages": self.engine.outages})
+        write_atomic(self.run_dir / SUMMARY_FILE, json.dumps(summary, indent=1))  # a full disk keeps the old one
         return summary
 
 

@@ -5,7 +5,12 @@ appended and flushed the moment the sample is scored, so a killed run loses noth
 The file holds exactly one record per sample. A sample recorded as an infrastructure error and
 run again by `--resume` replaces its old line: the file is rewritten to a temporary file and
 renamed over the old one (a kill in between leaves the old file whole), and the new record's
-`attempts` counts the earlier attempts too (`resumed_attempts`: how many of them were earlier)."""
+`attempts` counts the earlier attempts too (`resumed_attempts`: how many of them were earlier).
+
+A write that fails (the disk is full) leaves the file as it was: an append that got only part
+of its line onto the disk is cut back, a rewrite's temporary file is removed. A half line left
+by a kill during an append is dropped when the next session opens the file (`compact`), so no
+later record is ever glued onto it."""
 from __future__ import annotations
 
 import json
@@ -27,16 +32,21 @@ class ResultStore:
 
     def load(self) -> list[dict]:
         """Every record; a half-written last line (a kill during the write) is ignored."""
+        return self._read()[0]
+
+    def _read(self) -> tuple[list[dict], bool]:
+        """The records, and whether the file is clean (every line a record, ending in a newline)."""
         if not self.path.is_file():
-            return []
-        records = []
-        for line in self.path.read_text(encoding="utf-8").split("\n"):
+            return [], True
+        text = self.path.read_bytes().decode("utf-8", errors="replace")  # a kill may cut a character in two
+        records, clean = [], not text or text.endswith("\n")
+        for line in text.split("\n"):
             if line.strip():
                 try:
                     records.append(json.loads(line))
                 except ValueError:
-                    continue
-        return records
+                    clean = False
+        return records, clean
 
     def finished(self) -> dict[tuple[str, str, int], dict]:
         """The last record of each sample that finished without an infrastructure error."""
@@ -50,18 +60,28 @@ class ResultStore:
         if key in self._keys:
             self._replace(record)
             return
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(_line(record))
-            f.flush()
-            os.fsync(f.fileno())
+        data = _line(record).encode("utf-8")
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            size = os.fstat(fd).st_size
+            try:
+                view = memoryview(data)
+                while view:  # unbuffered: nothing is left to be flushed after a failure
+                    view = view[os.write(fd, view):]
+                os.fsync(fd)
+            except OSError:
+                _cut_back(fd, size)  # no half line: the file stays as it was
+                raise
+        finally:
+            os.close(fd)
         self._keys.add(key)
 
     def compact(self) -> int:
-        """Rewrite the file with one record per sample (the last); returns the lines dropped. For files
-        written before records were replaced, or by hand."""
-        records = self.load()
+        """Rewrite the file with one record per sample (the last), without a half line a kill left;
+        returns the records dropped. For files written before records were replaced, or by hand."""
+        records, clean = self._read()
         kept = latest(records)
-        if len(kept) != len(records):
+        if len(kept) != len(records) or not clean:
             self._write_all(kept)
         self._keys = {sample_key(r) for r in kept}
         return len(records) - len(kept)
@@ -75,16 +95,34 @@ class ResultStore:
             else:
                 kept.append(r)
         if earlier:
-            record = {**record, "attempts": int(record.get("attempts") or 0) + earlier, "resumed_attempts": earlier}
+            record = {**record, "attempts": int(record.get("attempts") or 0) + earlier,
+                      "resumed_attempts": int(record.get("resumed_attempts") or 0) + earlier}
         self._write_all(kept + [record])
 
     def _write_all(self, records: list[dict]) -> None:
-        partial = self.path.with_name(self.path.name + ".part")
+        write_atomic(self.path, "".join(_line(r) for r in records), suffix=".part")
+
+
+def write_atomic(path: Path, text: str, suffix: str = ".tmp") -> None:
+    """Write beside and rename over: a kill or a full disk leaves the old file whole (and no
+    temporary file behind when the write failed)."""
+    partial = path.with_name(path.name + suffix)
+    try:
         with open(partial, "w", encoding="utf-8") as f:
-            f.write("".join(_line(r) for r in records))
+            f.write(text)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(partial, self.path)
+        os.replace(partial, path)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+
+
+def _cut_back(fd: int, size: int) -> None:
+    try:
+        os.ftruncate(fd, size)
+    except OSError:
+        pass
 
 
 def _line(record: dict) -> str:
