@@ -1,0 +1,415 @@
+"""Every abuse and fault case a sandbox must contain or survive, run for real, as one table.
+
+    .venv/bin/python benchmarks/fault_matrix.py [--only SUBSTRING] [--markdown]
+
+Each row runs its case against the real engine (and, for the loop, the scripted model server
+over HTTP) and prints what was expected, what was observed and whether that passed. Cases
+whose setup is a test of its own (a Docker daemon restart, a full disk, model-server faults,
+a killed benchmark) run that test. Exit status 1 when a row fails.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from insandbox import arun
+from insandbox.models.scripted_server import ScriptedServer
+from insandbox.sandbox import SandboxLimits, SandboxSpec, create_sandbox
+from insandbox.sandbox.docker import process_start
+from insandbox.tools import ToolBox, ToolCall, default_tools
+
+REPO = Path(__file__).resolve().parents[1]
+IMAGE = "insandbox:latest"
+SECRET = "sk-matrix-secret-0123456789"
+Row = tuple[str, str, str, bool]
+CASES: list[tuple[str, str, Callable[[], Awaitable[tuple[str, bool]]]]] = []
+
+
+def case(name: str, expected: str):
+    def register(fn):
+        CASES.append((name, expected, fn))
+        return fn
+    return register
+
+
+class Sandbox:
+    """A started sandbox for one case, removed afterwards."""
+
+    def __init__(self, **limits):
+        self.sb = create_sandbox(SandboxSpec(image=IMAGE, limits=SandboxLimits(**limits), run_id="fault-matrix"))
+
+    async def __aenter__(self):
+        await self.sb.start()
+        return self.sb
+
+    async def __aexit__(self, *exc):
+        await self.sb.close()
+
+
+async def survivors(sb, pattern: str) -> int:
+    r = await sb.run(f"for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done "
+                     f"| grep -E '{pattern}' | grep -cv grep")
+    return int(r.output.split()[-1])
+
+
+# ---------------------------------------------------------------------------------- limits
+@case("disk filled past the limit", "write fails inside (ENOSPC/EDQUOT), host unaffected, sandbox lives")
+async def disk_limit():
+    async with Sandbox(disk="1g") as sb:
+        r = await sb.run("dd if=/dev/zero of=/tmp/fill bs=1M count=3000 2>&1 | grep -E 'space|quota'; "
+                         "du -sm /tmp/fill | cut -f1", timeout=120)
+        mb = int(r.output.split()[-1])
+        alive = (await sb.run("rm /tmp/fill; echo alive")).output.strip() == "alive"
+        return f"stopped at {mb} MB of 1 GB: {r.output.splitlines()[0][:60]}; alive={alive}", mb <= 1024 and alive
+
+
+@case("mknod, raw sockets, setuid", "refused: capabilities dropped, no-new-privileges")
+async def capabilities():
+    async with Sandbox() as sb:
+        r = await sb.run("mknod /tmp/d b 8 0 2>&1 | tail -c 30; grep NoNewPrivs /proc/self/status; "
+                         "python3 -c 'import socket; socket.socket(socket.AF_INET, socket.SOCK_RAW, 1)' 2>&1 "
+                         "| tail -1")
+        ok = r.output.count("not permitted") == 2 and "NoNewPrivs:\t1" in r.output
+        return " | ".join(x.strip() for x in r.output.splitlines() if x.strip())[:110], ok
+
+
+@case("fork bomb", "held at the pids limit (1024); the sandbox still answers; host unaffected")
+async def fork_bomb():
+    from insandbox.sandbox import engine
+
+    async with Sandbox() as sb:
+        await sb.run(":(){ :|:& };: 2>/dev/null")
+        await asyncio.sleep(5)
+        pids = engine.api().stats(sb.container_id, stream=False).get("pids_stats", {}).get("current")
+        after = await sb.run("echo alive")
+        host = subprocess.run(["true"]).returncode == 0
+        return f"{pids} processes in the sandbox; then: {after.output.strip()}; host forks: {host}", \
+            after.output.strip() == "alive" and pids is not None and pids <= 1024 and host
+
+
+@case("memory bomb", "the model is told 'killed: out of memory'; the sandbox lives")
+async def memory_bomb():
+    box = ToolBox(default_tools())
+    async with Sandbox(memory="256m") as sb:
+        out, _ = await box.call(sb, ToolCall("c", "execute_bash", json.dumps(
+            {"command": "python3 -c 'a = [bytearray(1 << 20) for _ in range(100000)]'"})))
+        after = await sb.run("echo alive")
+        told = "killed: out of memory" in out.text
+        return f"told={told}; exit 137={'[exit code: 137]' in out.text}; then: {after.output.strip()}", \
+            told and after.output.strip() == "alive"
+
+
+@case("20 MB on one line", "cut in the middle; the observation stays small")
+async def long_line():
+    async with Sandbox() as sb:
+        r = await sb.run("python3 -c \"print('x' * 20_000_000)\"")
+        size = len(r.output) + len(r.output_tail)
+        return f"{r.total_chars:,} chars produced, {size:,} kept", r.total_chars > 19_000_000 and size <= 16_000
+
+
+@case("infinite output", "killed at the timeout; the observation stays small")
+async def infinite_output():
+    async with Sandbox() as sb:
+        r = await sb.run("yes", timeout=3)
+        size = len(r.output) + len(r.output_tail)
+        return f"timed_out={r.timed_out}, {r.total_bytes / 1e6:,.0f} MB produced, {size:,} chars kept", \
+            r.timed_out and size <= 16_000
+
+
+@case("binary output (5 MB of /dev/urandom)", "no NUL or control bytes reach the model; it is told")
+async def binary_output():
+    box = ToolBox(default_tools())
+    async with Sandbox() as sb:
+        out, _ = await box.call(sb, ToolCall("c", "execute_bash", json.dumps({"command": "head -c 5M /dev/urandom"})))
+        bad = sum(1 for ch in out.text if ord(ch) < 32 and ch not in "\t\n\r")
+        return f"{bad} control chars in the observation; told={'not text' in out.text}", bad == 0
+
+
+@case("SIGTERM-ignoring process", "killed at the timeout with everything it started")
+async def ignores_sigterm():
+    async with Sandbox() as sb:
+        r = await sb.run("trap '' TERM; python3 -c 'import signal, time; signal.signal(signal.SIGTERM, "
+                         "signal.SIG_IGN); time.sleep(1000)' & sleep 1000", timeout=2)
+        left = await survivors(sb, "time.sleep|sleep 1000")
+        return f"timed_out={r.timed_out}, {left} left", r.timed_out and left == 0
+
+
+@case("double fork + setsid + env -i", "a timed-out command leaves no process")
+async def detached():
+    async with Sandbox() as sb:
+        await sb.run("(env -i sleep 301 &)")
+        r = await sb.run("(setsid env -i sleep 1000 &); (env -i setsid bash -c 'exec -a hidden sleep 1000' &); "
+                         "sleep 1000", timeout=2)
+        left, kept = await survivors(sb, "sleep 1000|hidden"), await survivors(sb, "sleep 301")
+        return f"timed_out={r.timed_out}, {left} left; earlier job kept={kept == 1}", left == 0 and kept == 1
+
+
+@case("exec 1>&- 2>&-", "the shell's output is restored; the next command is heard")
+async def closed_streams():
+    async with Sandbox() as sb:
+        r = await sb.run("exec 1>&- 2>&-")
+        after = await sb.run("echo heard")
+        return f"restored={r.streams_restored}; next: {after.output.strip()!r}", after.output.strip() == "heard"
+
+
+@case("kill -9 1, pkill python3", "the sandbox's server survives")
+async def kill_server():
+    async with Sandbox() as sb:
+        await sb.run("kill -9 1; kill -TERM 1; pkill -9 python3; true")
+        after = await sb.run("echo alive")
+        return after.output.strip(), after.output.strip() == "alive"
+
+
+@case("host keys in /proc/1/environ and env", "not there: the sandbox never gets the host's environment")
+async def host_keys():
+    os.environ["OPENAI_API_KEY"] = SECRET
+    async with Sandbox() as sb:
+        r = await sb.run("cat /proc/1/environ /proc/self/environ | tr '\\0' '\\n'; env; grep -rs sk-matrix /run /tmp")
+        return f"secret found={SECRET in r.output}", SECRET not in r.output
+
+
+@case("Docker socket", "not reachable from the sandbox")
+async def docker_socket():
+    async with Sandbox() as sb:
+        r = await sb.run("ls -la /var/run/docker.sock /run/docker.sock 2>&1 | head -2; "
+                         "python3 -c \"import socket; s=socket.socket(socket.AF_UNIX); "
+                         "s.connect('/var/run/docker.sock')\" 2>&1 | tail -1")
+        return r.output.strip().splitlines()[-1][:90], "No such file" in r.output
+
+
+async def _loopback(network: str) -> tuple[str, bool]:
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen()
+    port = srv.getsockname()[1]
+    try:
+        async with Sandbox(network=network) as sb:
+            gw = (await sb.run("ip route 2>/dev/null | awk '/default/ {print $3}'")).output.strip() or "172.17.0.1"
+            code = ("import socket,sys\nfor h in sys.argv[1:]:\n    try:\n"
+                    f"        socket.create_connection((h, {port}), timeout=3); print(h, 'REACHED')\n"
+                    "    except OSError as e: print(h, 'refused', type(e).__name__)\n")
+            await sb.write_file("/tmp/probe.py", code.encode())
+            r = await sb.run(f"python3 /tmp/probe.py 127.0.0.1 {gw} host.docker.internal")
+            return "; ".join(r.output.strip().splitlines())[:110], "REACHED" not in r.output
+    finally:
+        srv.close()
+
+
+@case("host loopback service, --network bridge", "unreachable")
+async def loopback_bridge():
+    return await _loopback("bridge")
+
+
+@case("host loopback service, --network none", "unreachable")
+async def loopback_none():
+    return await _loopback("none")
+
+
+@case("host loopback service, --network registries", "unreachable")
+async def loopback_registries():
+    return await _loopback("registries")
+
+
+@case("--network registries: PyPI and anything else", "pip install works; any other host is refused by the proxy")
+async def registries_only():
+    async with Sandbox(network="registries") as sb:
+        pip = await sb.run("pip install -q --no-deps --no-cache-dir six 2>&1 | grep -v WARNING; "
+                           "python3 -c 'import six; print(\"six ok\")'", timeout=180)
+        other = await sb.run("python3 -c \"import urllib.request as u; u.urlopen('https://example.com', "
+                             "timeout=10)\" 2>&1 | tail -1")
+        ok = "six ok" in pip.output and ("403" in other.output or "Filtered" in other.output)
+        return f"pip: {pip.output.strip().splitlines()[-1][:30]}; example.com: {other.output.strip()[:70]}", ok
+
+
+@case("copy-back of a symlink, a FIFO, a hard link", "link not followed, FIFO skipped, hard link copied")
+async def copy_back():
+    with tempfile.TemporaryDirectory() as host:
+        async with Sandbox() as sb:
+            await sb.run("cd /testbed && mkdir -p output && cd output && echo data > real.txt && "
+                         "ln -s /etc/shadow shadow && mkfifo pipe && ln real.txt twin.txt")
+            res = await sb.copy_out("/testbed/output", Path(host))
+        got = sorted(res.files)
+        leaked = (Path(host) / "shadow").exists() and "root:" in (Path(host) / "shadow").read_text(errors="replace")
+        fifo = (Path(host) / "pipe").exists()
+        return f"copied {got}; skipped {sorted(s.path for s in res.skipped)}", \
+            "twin.txt" in got and not leaked and not fifo
+
+
+# ---------------------------------------------------------------------------------- the loop
+def _scripted(turns: list[dict]) -> ScriptedServer:
+    return ScriptedServer({"turns": turns}).start()
+
+
+def bash(cmd: str) -> dict:
+    return {"tool": "execute_bash", "args": {"command": cmd}}
+
+
+@case("malformed tool calls", "each a tool error the model reads; the run goes on to submit")
+async def malformed_calls():
+    srv = _scripted([{"tool": "execute_bash", "args": '{"command": "echo broken'}, {"tool": "no_such_tool"},
+                     {"tool": "execute_bash", "args": {"cmd": "wrong key"}}, {"tool": "str_replace_editor",
+                                                                               "args": {"command": "explode"}},
+                     bash("echo 1 > /testbed/answer.txt"), {"tool": "submit"}])
+    try:
+        with tempfile.TemporaryDirectory() as out:
+            res = await arun("x", model="m", base_url=srv.url, output_dir=Path(out), image=IMAGE)
+        steps = res.trajectory.steps
+        errors = sum(1 for s in steps for c in s.tool_calls if c.error) + sum(1 for s in steps if s.nudged)
+        return f"exit={res.exit_reason}, {errors} tool errors or reminders", \
+            res.exit_reason == "submitted" and errors >= 4
+    finally:
+        srv.stop()
+
+
+@case("the sandbox is OOM-killed (its server first)", "run ends sandbox_error; outputs kept")
+async def sandbox_oom():
+    many = "for i in $(seq 40); do python3 -c 'import time; a = b\"x\" * (12 << 20); time.sleep(60)' & done; wait"
+    srv = _scripted([bash("echo kept > /testbed/output/part.txt; echo 1000 > /proc/1/oom_score_adj; " + many),
+                     {"tool": "submit"}])
+    try:
+        with tempfile.TemporaryDirectory() as out:
+            res = await arun("x", model="m", base_url=srv.url, output_dir=Path(out), image=IMAGE, memory="256m")
+        t = res.trajectory
+        return f"exit={t.exit_reason} ({t.exit_detail[:50]}), files={res.files}", \
+            t.exit_reason == "sandbox_error" and res.files == ["part.txt"]
+    finally:
+        srv.stop()
+
+
+async def _signal_host(sig: int) -> tuple[str, bool]:
+    srv = _scripted([bash("echo started"), bash("sleep 600")])
+    exe = Path(sys.executable).parent / "insandbox"
+    try:
+        with tempfile.TemporaryDirectory() as out:
+            proc = subprocess.Popen([str(exe), "run", "x", "--model", "m", "--base-url", srv.url, "--output-dir",
+                                     out, "--image", IMAGE, "-q"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            owner = f"insandbox.owner={socket.gethostname()}:{proc.pid}:{process_start(proc.pid)}"
+            deadline = time.time() + 60
+            while len(srv.requests) < 2 and time.time() < deadline:
+                time.sleep(0.1)
+            time.sleep(0.5)
+            proc.send_signal(sig)
+            proc.communicate(timeout=30)
+            traj = Path(out, "trajectory.json")
+            reason = json.loads(traj.read_text())["exit_reason"] if traj.exists() else "no trajectory"
+
+        def containers(*flags: str) -> list[str]:
+            return subprocess.run(["docker", "ps", "-q", *flags, "--filter", f"label={owner}"], capture_output=True,
+                                  text=True).stdout.split()
+
+        deadline = time.time() + 10
+        while containers() and time.time() < deadline:
+            time.sleep(0.2)
+        running, stopped = containers(), containers("-a")
+        if sig == signal.SIGKILL:  # nothing could be saved; the container must stop by itself
+            subprocess.run([str(exe), "clean"], capture_output=True)
+            return f"rc={proc.returncode}; its sandbox running: {len(running)}, stopped: {len(stopped)}, after " \
+                   f"`insandbox clean`: {len(containers('-a'))}", not running and not containers("-a")
+        return f"rc={proc.returncode}, exit={reason}, containers left={len(stopped)}", \
+            proc.returncode == 128 + sig and reason == "interrupted" and not stopped
+    finally:
+        srv.stop()
+
+
+@case("SIGINT of `insandbox run`", "exit 130, trajectory saved as interrupted, container removed")
+async def host_sigint():
+    return await _signal_host(signal.SIGINT)
+
+
+@case("SIGTERM of `insandbox run`", "exit 143, trajectory saved as interrupted, container removed")
+async def host_sigterm():
+    return await _signal_host(signal.SIGTERM)
+
+
+@case("SIGKILL of `insandbox run`", "its sandbox stops by itself (stdin EOF); `insandbox clean` removes it")
+async def host_sigkill():
+    return await _signal_host(signal.SIGKILL)
+
+
+# ---------------------------------------------------------------------------------- tests as rows
+MODEL = "tests/models/test_server_faults.py::"
+BENCH = "tests/bench/test_faults.py::"
+TEST_ROWS: list[tuple[str, str, str]] = [  # (case, expected, pytest node id or file)
+    ("model server: a 5xx storm", "retried with backoff; the run completes",
+     MODEL + "test_a_run_rides_out_a_5xx_storm"),
+    ("model server: permanent 5xx", "a clear error naming the tries; run ends model_error, record kept",
+     MODEL + "test_the_command_exits_1_with_the_reason_and_keeps_the_record"),
+    ("model server: 429 with Retry-After", "the retry waits as asked (seconds or a date)",
+     MODEL + "test_429_waits_for_retry_after_in_seconds"),
+    ("model server: hung connection", "the request timeout fires, retried, then a clear error",
+     MODEL + "test_a_hung_server_times_out_is_retried_then_a_clear_error"),
+    ("model server: cut answers", "retried, then a clear error",
+     MODEL + "test_a_cut_answer_is_retried_then_a_clear_error"),
+    ("model server: garbage bodies", "retried, then an error naming what came back",
+     MODEL + "test_a_200_with_garbage_is_retried_then_an_error_naming_what_came_back"),
+    ("Docker daemon restarted mid-bench", "cut-off samples recorded as infrastructure failures, rerun once "
+     "the engine is back; the run completes", BENCH + "test_a_docker_daemon_restart_mid_bench_is_waited_out_and_the_"
+     "run_completes"),
+    ("Docker engine gone for good mid-bench", "the wait is bounded; the run stops resumable; --resume finishes",
+     BENCH + "test_an_engine_that_does_not_come_back_stops_the_run_and_resume_finishes"),
+    ("results disk full mid-bench", "a clear error; records kept whole; --resume finishes once space is freed",
+     BENCH + "test_a_full_results_disk_stops_the_run_keeps_the_results_whole_and_resume_finishes"),
+    ("bench SIGKILLed half way, then --resume", "one record per sample (the last attempt, with its count), "
+     "no duplicates, no container left", BENCH + "test_sigkill_half_way_then_resume_records_each_sample_once_and_"
+     "leaves_no_container"),
+    ("bench SIGTERM, then SIGINT, then --resume", "each stops cleanly, results kept; --resume finishes",
+     BENCH + "test_sigterm_then_sigint_stop_the_bench_cleanly_and_resume_finishes"),
+]
+
+
+def pytest_row(name: str, expected: str, node: str) -> Row:
+    t = time.perf_counter()
+    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", node], cwd=REPO,
+                       capture_output=True, text=True)
+    last = (p.stdout.strip().splitlines() or ["?"])[-1]
+    return name, expected, f"test {node.split('::')[-1][:50]}: {last[:40]} ({time.perf_counter() - t:.0f} s)", \
+        p.returncode == 0
+
+
+async def run_case(name: str, expected: str, fn) -> Row:
+    try:
+        observed, ok = await fn()
+    except Exception as e:  # a crash is an observation too
+        observed, ok = f"{type(e).__name__}: {e}"[:110], False
+    return name, expected, observed, ok
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--only", default="")
+    ap.add_argument("--markdown", action="store_true")
+    a = ap.parse_args()
+    rows: list[Row] = []
+    for name, expected, fn in CASES:
+        if a.only.lower() in name.lower():
+            rows.append(asyncio.run(run_case(name, expected, fn)))
+            print(("PASS " if rows[-1][3] else "FAIL ") + name, file=sys.stderr)
+    for name, expected, node in TEST_ROWS:
+        if a.only.lower() in name.lower():
+            rows.append(pytest_row(name, expected, node))
+            print(("PASS " if rows[-1][3] else "FAIL ") + name, file=sys.stderr)
+    if a.markdown:
+        print("| case | expected | observed | pass |\n|---|---|---|---|")
+        for name, expected, observed, ok in rows:
+            print(f"| {name} | {expected} | {observed.replace('|', '/')} | {'yes' if ok else 'NO'} |")
+    else:
+        for name, expected, observed, ok in rows:
+            print(f"{'PASS' if ok else 'FAIL'}  {name}\n      expected: {expected}\n      observed: {observed}")
+    print(f"\n{sum(r[3] for r in rows)}/{len(rows)} passed", file=sys.stderr)
+    sys.exit(0 if all(r[3] for r in rows) else 1)
+
+
+if __name__ == "__main__":
+    threading.excepthook = lambda args: None  # a scripted server's thread ending with the run is not news
+    main()
