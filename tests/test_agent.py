@@ -290,3 +290,25 @@ def test_a_stuck_loop_ends_the_run(scripted, run_async, tmp_path, docker_image):
     result = run_async(arun("stuck", model="m", base_url=srv.url, stuck_after=None, max_steps=6,
                             output_dir=tmp_path / "b", image=docker_image))
     assert result.exit_reason == "max_steps" and len(result.trajectory.steps) == 6
+
+
+def test_tool_format_text_puts_the_tools_in_the_system_prompt_and_reads_calls_from_text(scripted, run_async,
+                                                                                         tmp_path, docker_image):
+    srv = scripted({"turns": [bash("echo 5 > /testbed/answer.txt", as_text=True), {"tool": "submit", "as_text": True}]})
+    result = run_async(arun("Write 5.", model="scripted", base_url=srv.url, output_dir=tmp_path / "run",
+                            image=docker_image, tool_format="text"))
+    assert result.trajectory.exit_reason == "submitted" and result.answer == "5\n"
+    first, second = srv.requests
+    assert first["tools"] is None and "tool_choice" not in first["params"]  # nothing structured is sent
+    system = first["messages"][0]["content"]
+    assert system.startswith(result.trajectory.messages[0]["content"][:40])  # the task's prompt, then the tools
+    assert '"name": "execute_bash"' in system and "<tool_call>" in system
+    assert second["messages"][-1]["role"] == "user" and "<tool_response>" in second["messages"][-1]["content"]
+
+
+def test_replies_without_tool_calls_get_a_hint_about_the_tool_format(scripted, run_async, tmp_path, docker_image):
+    srv = scripted({"turns": [{"content": "I would run ls."}] * 4})
+    result = run_async(arun("Do it.", model="scripted", base_url=srv.url, output_dir=tmp_path / "run",
+                            image=docker_image, max_steps=4))
+    notes = [[n for n in s.notes if n.startswith("hint:")] for s in result.trajectory.steps]
+    assert notes[:2] == [[], []] and "--tool-format text" in notes[2][0] and notes[3] == []

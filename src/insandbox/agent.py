@@ -28,6 +28,11 @@ from .trajectory import FailedRequest, StepRecord, ToolCallRecord, Trajectory
 
 StepHook = Callable[[StepRecord, Trajectory], None]
 T = TypeVar("T")
+NO_CALLS_HINT_AFTER = 3  # replies in a row without a tool call before the hint
+NO_CALLS_HINT = ("hint: the model server has returned no tool call for {n} replies in a row. If its chat template "
+                 "or tool parser does not handle tools (llama-server without --jinja, vLLM without "
+                 "--enable-auto-tool-choice --tool-call-parser ..., a model trained without tools), try "
+                 "--tool-format text: the tools then go into the system prompt and calls are read from the text.")
 
 
 class TimeUp(Exception):
@@ -41,6 +46,7 @@ async def run_episode(env: SandboxEnv, model: ModelClient, task: Task, traj: Tra
     traj.messages, traj.tools = messages, env.tool_schemas
     starting = asyncio.ensure_future(env.reset(task))
     episode = env.episode
+    no_calls = 0  # replies in a row with no tool call, not even an unreadable one
     try:
         while not episode.done:
             reply = await _ask(model, messages, env.tool_schemas, episode, traj)
@@ -53,6 +59,9 @@ async def run_episode(env: SandboxEnv, model: ModelClient, task: Task, traj: Tra
                                    episode)
             messages.extend(result.messages)
             step = step_record(len(traj.steps) + 1, reply, result)
+            no_calls = 0 if reply.tool_calls or reply.tool_call_errors else no_calls + 1
+            if no_calls == NO_CALLS_HINT_AFTER and not reply.tool_calls_from_text:
+                step.notes.append(NO_CALLS_HINT.format(n=no_calls))
             traj.add_step(step)
             if save:
                 save()
@@ -125,7 +134,9 @@ def step_record(index: int, reply: ModelReply, result: Optional[StepResult]) -> 
     step = StepRecord(index=index, started_at=reply.started_at,
                       model_latency_s=reply.latency_s, prompt_tokens=u.prompt_tokens,
                       completion_tokens=u.completion_tokens, reasoning_tokens=u.reasoning_tokens,
-                      cached_tokens=u.cached_tokens, usage_reported=u.reported, finish_reason=reply.finish_reason,
+                      cached_tokens=u.cached_tokens, cache_write_tokens=u.cache_write_tokens,
+                      usage_reported=u.reported, finish_reason=reply.finish_reason,
+                      time_to_first_token_s=reply.ttft_s, logprobs=reply.logprobs,
                       content=reply.content, reasoning=reply.reasoning,
                       tool_calls_from_text=reply.tool_calls_from_text, notes=reply.notes + reply.tool_call_errors)
     if result is not None:

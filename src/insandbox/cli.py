@@ -79,9 +79,31 @@ M, T, S = "Model", "Task limits", "Sandbox"
 Model = Annotated[Optional[str], typer.Option(
     help="Model name [env INSANDBOX_MODEL; default: the server's first model].", rich_help_panel=M)]
 BaseUrl = Annotated[Optional[str], typer.Option(
-    help="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1 [env INSANDBOX_BASE_URL].", rich_help_panel=M)]
+    help="The model server, e.g. http://localhost:8000/v1 [env INSANDBOX_BASE_URL; Anthropic: its API by "
+         "default].", rich_help_panel=M)]
 ApiKey = Annotated[Optional[str], typer.Option(
-    help="API key [env INSANDBOX_API_KEY, then OPENAI_API_KEY].", rich_help_panel=M)]
+    help="API key [env INSANDBOX_API_KEY, then OPENAI_API_KEY, or ANTHROPIC_API_KEY with --provider anthropic].",
+    rich_help_panel=M)]
+Provider = Annotated[Optional[str], typer.Option(
+    help="The API: openai (chat completions: vLLM, SGLang, llama.cpp, Ollama, OpenAI) or anthropic (Messages API) "
+         "[default: anthropic for a model named anthropic/..., else openai].", rich_help_panel=M)]
+ToolFormat = Annotated[str, typer.Option(help="native: tools sent as the API's structured tools; text: their schemas "
+                                              "and the <tool_call> convention go into the system prompt and calls "
+                                              "are read from the reply (any chat model or server).",
+                                         rich_help_panel=M)]
+Stream = Annotated[bool, typer.Option(help="Stream replies: tokens shown as they come, time to first token "
+                                           "recorded.", rich_help_panel=M)]
+StallTimeout = Annotated[float, typer.Option(help="Seconds a streamed reply may send nothing before the try fails "
+                                                  "(and is retried).", rich_help_panel=M)]
+Logprobs = Annotated[bool, typer.Option(help="Record each sampled token's log probability in the trajectory "
+                                             "(OpenAI-compatible servers).", rich_help_panel=M)]
+TopLogprobs = Annotated[int, typer.Option(help="With --logprobs: also this many most likely tokens per position.",
+                                          rich_help_panel=M)]
+ThinkingBudget = Annotated[Optional[int], typer.Option(help="Anthropic: extended thinking with this many tokens "
+                                                            "(at least 1024), interleaved with tool calls.",
+                                                       rich_help_panel=M)]
+PromptCaching = Annotated[bool, typer.Option(help="Anthropic: mark the stable prefix and the conversation's end for "
+                                                  "prompt caching.", rich_help_panel=M)]
 Gguf = Annotated[Optional[Path], typer.Option(
     help="Serve this local GGUF model (the default with no model configured: the embedded SmolLM2-135M).",
     rich_help_panel=M)]
@@ -141,7 +163,9 @@ CopyFilesLimit = Annotated[int, typer.Option(help="Copy-back: at most this many 
                                              rich_help_panel=S)]
 
 
-def _shared_settings(*, model, base_url, api_key, gguf, temperature, max_tokens, extra_body, max_retries,
+def _shared_settings(*, provider, tool_format, stream, stall_timeout, logprobs, top_logprobs, thinking_budget,
+                     prompt_caching,
+                     model, base_url, api_key, gguf, temperature, max_tokens, extra_body, max_retries,
                      request_timeout, send_reasoning, tool_choice, max_steps, token_budget, time_limit, stuck_after,
                      prompt_config, image, timeout_per_command, output_limit, memory, cpus, pids_limit, network, disk,
                      runtime, cap_add, env, max_output_file_size, max_output_size, max_output_files) -> dict:
@@ -168,7 +192,14 @@ def _shared_settings(*, model, base_url, api_key, gguf, temperature, max_tokens,
         except ValueError as e:
             raise BadArgument(f"{flag}: {e}") from None
 
-    out = dict(model=model, base_url=base_url, api_key=api_key, gguf=gguf, temperature=temperature,
+    if provider not in (None, "openai", "anthropic"):
+        raise BadArgument(f"--provider {provider}: use openai or anthropic")
+    if tool_format not in ("native", "text"):
+        raise BadArgument(f"--tool-format {tool_format}: use native or text")
+    out = dict(provider=provider, tool_format=tool_format, stream=stream, stall_timeout=stall_timeout,
+               logprobs=logprobs,
+               top_logprobs=top_logprobs, thinking_budget=thinking_budget, prompt_caching=prompt_caching,
+               model=model, base_url=base_url, api_key=api_key, gguf=gguf, temperature=temperature,
                max_tokens=max_tokens, extra_body=body, max_retries=max_retries, request_timeout=request_timeout,
                send_reasoning=send_reasoning, tool_choice=None if tool_choice == "omit" else tool_choice,
                token_budget=token_budget, time_limit=time_limit, stuck_after=stuck_after or None,
@@ -229,6 +260,10 @@ def run(
     json_out: Annotated[bool, typer.Option("--json", help="Print a JSON summary on stdout (the view goes to "
                                                           "stderr).")] = False,
     model: Model = None, base_url: BaseUrl = None, api_key: ApiKey = None, gguf: Gguf = None,
+    provider: Provider = None, tool_format: ToolFormat = "native", stream: Stream = False,
+    stall_timeout: StallTimeout = 120.0,
+    logprobs: Logprobs = False, top_logprobs: TopLogprobs = 0, thinking_budget: ThinkingBudget = None,
+    prompt_caching: PromptCaching = True,
     temperature: Temperature = None, max_tokens: MaxTokens = None, extra_body: ExtraBody = None,
     max_retries: MaxRetries = 5, request_timeout: RequestTimeout = 600.0, send_reasoning: SendReasoning = False,
     tool_choice: ToolChoice = "auto", max_steps: MaxSteps = None, token_budget: TokenBudget = None,
@@ -301,6 +336,10 @@ def bench(
     list_tasks: Annotated[bool, typer.Option("--list", help="List the built-in tasks and exit.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
     model: Model = None, base_url: BaseUrl = None, api_key: ApiKey = None, gguf: Gguf = None,
+    provider: Provider = None, tool_format: ToolFormat = "native", stream: Stream = False,
+    stall_timeout: StallTimeout = 120.0,
+    logprobs: Logprobs = False, top_logprobs: TopLogprobs = 0, thinking_budget: ThinkingBudget = None,
+    prompt_caching: PromptCaching = True,
     temperature: Temperature = None, max_tokens: MaxTokens = None, extra_body: ExtraBody = None,
     max_retries: MaxRetries = 5, request_timeout: RequestTimeout = 600.0, send_reasoning: SendReasoning = False,
     tool_choice: ToolChoice = "auto", max_steps: MaxSteps = None, token_budget: TokenBudget = None,

@@ -36,6 +36,7 @@ class RunConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     # the model
+    provider: Optional[Literal["openai", "anthropic"]] = None  # the API; None: anthropic for an anthropic/ model
     model: Optional[str] = None  # default: $INSANDBOX_MODEL, else the server's first model
     base_url: Optional[str] = None  # default: $INSANDBOX_BASE_URL
     api_key: Optional[str] = Field(default=None, repr=False)  # default: $INSANDBOX_API_KEY, $OPENAI_API_KEY
@@ -46,6 +47,13 @@ class RunConfig(BaseModel):
     request_timeout: float = Field(default=600.0, gt=0)  # seconds for one model request
     send_reasoning: bool = False  # send reasoning_content back in the history
     tool_choice: Optional[str] = "auto"  # sent whenever tools are offered; None: never sent
+    tool_format: Literal["native", "text"] = "native"  # text: tools in the system prompt, calls read from text
+    stream: bool = False  # stream replies (server-sent events): tokens shown as they come, time to first token
+    stall_timeout: float = Field(default=120.0, gt=0)  # seconds a stream may send nothing before the try fails
+    logprobs: bool = False  # record each sampled token's log probability (OpenAI-compatible servers)
+    top_logprobs: int = Field(default=0, ge=0, le=20)  # and this many alternatives per token
+    thinking_budget: Optional[int] = Field(default=None, ge=1024)  # Anthropic extended thinking, in tokens
+    prompt_caching: bool = True  # Anthropic: cache_control on the stable prefix and the conversation's end
     gguf: Optional[Path] = None  # a local GGUF model, served by the embedded server
     n_ctx: Optional[int] = None  # the embedded server's context window (default: the model's, at most 16k)
 
@@ -138,8 +146,17 @@ class RunConfig(BaseModel):
         return self.model_copy(update={
             "model": self.model or env.get("INSANDBOX_MODEL") or None,
             "base_url": self.base_url or env.get("INSANDBOX_BASE_URL") or None,
-            "api_key": self.api_key or env.get("INSANDBOX_API_KEY") or env.get("OPENAI_API_KEY") or None,
+            "api_key": self.api_key or env.get("INSANDBOX_API_KEY") or env.get(
+                "ANTHROPIC_API_KEY" if self.api == "anthropic" else "OPENAI_API_KEY") or None,
         })
+
+    @property
+    def api(self) -> str:
+        """The API the model is reached through: `provider`, else anthropic for an `anthropic/` model."""
+        if self.provider:
+            return self.provider
+        model = self.model or os.environ.get("INSANDBOX_MODEL") or ""
+        return "anthropic" if model.startswith("anthropic/") else "openai"
 
     @property
     def embedded(self) -> bool:

@@ -79,6 +79,24 @@ class RichView:
         self.show_steps = show_steps
         self.max_steps = max_steps
         self._spinner = None
+        self._streaming: Optional[str] = None  # the kind of text being streamed now ("content", "reasoning")
+        self._streamed_steps = 0  # steps whose reply was shown as it came
+
+    def on_delta(self, kind: str, text: str) -> None:
+        """A piece of a streamed reply: shown at once, reasoning apart from the text."""
+        if not self.show_steps:
+            return
+        self._stop_spinner()
+        if self._streaming is None:
+            self._streamed_steps += 1
+            self.console.print(f"[blue]──[/blue] [bold]step {self._streamed_steps}[/bold] [dim]streaming[/dim]")
+        if kind != self._streaming and self._streaming is not None:
+            self.console.print()
+        if kind != self._streaming and kind == "reasoning":
+            self.console.print("[magenta dim]thinking: [/]", end="")
+        self._streaming = kind
+        self.console.print(shown(text), end="", style="magenta dim" if kind == "reasoning" else "dim",
+                           markup=False, highlight=False, soft_wrap=True)
 
     def on_status(self, text: str) -> None:
         """A lasting message (e.g. 'building the image')."""
@@ -115,16 +133,24 @@ class RichView:
             return
         total = f"/{self.max_steps}" if self.max_steps else ""
         tokens = f"{step.prompt_tokens:,}→{step.completion_tokens:,} tok"
+        streamed, self._streaming = self._streaming is not None, None
+        self._streamed_steps = step.index
+        if streamed:
+            self.console.print()
+        ttft = f" · first token {step.time_to_first_token_s:.2f}s" if step.time_to_first_token_s is not None else ""
         self.console.print(f"[blue]──[/blue] [bold]step {step.index}{total}[/bold] · "
-                           f"model {step.model_latency_s:.2f}s · {tokens} [blue]──[/blue]")
-        if step.reasoning and step.reasoning.strip():
+                           f"model {step.model_latency_s:.2f}s{ttft} · {tokens} [blue]──[/blue]")
+        if step.reasoning and step.reasoning.strip() and not streamed:  # a streamed one was shown as it came
             lines, more = _clip_lines(step.reasoning.strip(), 2)
             self.console.print("[magenta dim]thinking: " + shown(" ".join(lines)) + (" …" if more else "") + "[/]")
-        if step.content and step.content.strip():
+        if step.content and step.content.strip() and not streamed:
             lines, more = _clip_lines(step.content.strip(), 3)
             self.console.print("[dim]" + shown("\n".join(lines)) + (" …" if more else "") + "[/dim]")
         if step.nudged:
             self.console.print(f"[yellow]nudged: {shown(step.nudge_reason or 'no tool call')}[/yellow]")
+        for note in step.notes:
+            if note.startswith("hint:"):
+                self.console.print(f"[yellow]{shown(note)}[/yellow]")
         for call in step.tool_calls:
             self.console.print(f"[bold]{shown(describe_call(call))}[/bold]")
             if call.name == "submit" and not call.error:

@@ -115,11 +115,14 @@ async def resolve_model(cfg: RunConfig) -> str:
 def _client_kwargs(cfg: RunConfig) -> dict:
     return dict(temperature=cfg.temperature, max_tokens=cfg.max_tokens, extra_body=cfg.extra_body,
                 timeout=cfg.request_timeout, max_retries=cfg.max_retries, send_reasoning=cfg.send_reasoning,
-                tool_choice=cfg.tool_choice)
+                tool_choice=cfg.tool_choice, stream=cfg.stream, stall_timeout=cfg.stall_timeout,
+                logprobs=cfg.logprobs, top_logprobs=cfg.top_logprobs, tool_format=cfg.tool_format)
 
 
 async def make_model_client(cfg: RunConfig) -> ModelClient:
     """The configured endpoint, or the embedded local model when none is configured."""
+    if cfg.api == "anthropic" and not cfg.model:
+        raise ConfigError("--provider anthropic needs --model (e.g. --model claude-sonnet-4-5)")
     if cfg.embedded:
         from .models.embedded import EmbeddedClient
         from .models.local_server import LocalModelMissing, default_gguf
@@ -134,6 +137,16 @@ async def make_model_client(cfg: RunConfig) -> ModelClient:
         except LocalModelMissing as e:
             raise ConfigError(str(e)) from None
         return EmbeddedClient(gguf, cfg.n_ctx, **_client_kwargs(cfg))
+    if cfg.api == "anthropic":
+        from .models.anthropic_messages import AnthropicClient
+
+        if cfg.logprobs:
+            raise ConfigError("--logprobs: the Anthropic Messages API returns no log probabilities")
+        kwargs = _client_kwargs(cfg)
+        for key in ("send_reasoning", "logprobs", "top_logprobs"):  # thinking always goes back; no logprobs
+            kwargs.pop(key)
+        return AnthropicClient(cfg.model.removeprefix("anthropic/"), base_url=cfg.base_url, api_key=cfg.api_key,
+                               thinking_budget=cfg.thinking_budget, prompt_caching=cfg.prompt_caching, **kwargs)
     return OpenAIChatClient(await resolve_model(cfg), base_url=cfg.base_url, api_key=cfg.api_key,
                             **_client_kwargs(cfg))
 
@@ -165,6 +178,8 @@ async def arun(query: str, config: Optional[RunConfig] = None, *, observer: Opti
     if cfg.mode == "sandbox" and not prepared:
         await prepare_sandbox(cfg, observer)
     client = model_client or await make_model_client(cfg)
+    if cfg.stream and model_client is None and hasattr(observer, "on_delta"):
+        client.on_delta = observer.on_delta  # tokens shown as they come
     run_id = new_run_id()
     run_dir = Path(cfg.output_dir) if cfg.output_dir else default_run_dir(cfg.runs_root, run_id)
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -51,9 +51,12 @@ class StepRecord(BaseModel):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     reasoning_tokens: Optional[int] = None
-    cached_tokens: Optional[int] = None
+    cached_tokens: Optional[int] = None  # of prompt_tokens, read from the server's prompt cache
+    cache_write_tokens: Optional[int] = None  # of prompt_tokens, written to it (Anthropic)
     usage_reported: bool = True
     finish_reason: Optional[str] = None
+    time_to_first_token_s: Optional[float] = None  # streamed replies: request sent -> first token
+    logprobs: Optional[list[dict]] = None  # --logprobs: each sampled token's {token, logprob[, top]}
     content: Optional[str] = None
     reasoning: Optional[str] = None
     tool_calls: list[ToolCallRecord] = Field(default_factory=list)

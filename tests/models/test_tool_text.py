@@ -45,3 +45,20 @@ def test_bare_json_calls():
     assert not calls and "looks like a tool call but is not valid JSON" in errors[0]
     assert parse_text_tool_calls('{"answer": 42}') == ([], '{"answer": 42}', [])  # JSON, but no call
     assert parse_text_tool_calls("The answer is {x}.") == ([], "The answer is {x}.", [])
+
+
+def test_the_tools_go_into_the_system_prompt_and_a_call_written_as_shown_parses():
+    from insandbox.models.tool_text import with_tools_in_prompt
+
+    tools = [{"type": "function", "function": {"name": "execute_bash", "description": "run a command",
+                                               "parameters": {"type": "object",
+                                                              "properties": {"command": {"type": "string"}}}}}]
+    sent = with_tools_in_prompt([{"role": "system", "content": "Be careful."}, {"role": "user", "content": "go"}],
+                                tools)
+    assert sent[0]["content"].startswith("Be careful.\n\n# Tools") and sent[1] == {"role": "user", "content": "go"}
+    assert '"description": "run a command"' in sent[0]["content"]
+    example = sent[0]["content"].split("for example:\n", 1)[1].split("\nYou may", 1)[0]
+    calls, rest, errors = parse_text_tool_calls(example)
+    assert [c.name for c in calls] == ["execute_bash"] and not errors and rest == ""
+    bare = with_tools_in_prompt([{"role": "user", "content": "go"}], tools)
+    assert bare[0]["role"] == "system" and bare[0]["content"].startswith("# Tools")

@@ -28,6 +28,7 @@ class Usage:
     completion_tokens: int = 0
     reasoning_tokens: Optional[int] = None
     cached_tokens: Optional[int] = None
+    cache_write_tokens: Optional[int] = None
     reported: bool = True  # False: the server sent no usage, the numbers are estimates
 
     @property
@@ -48,6 +49,9 @@ class ModelReply:
     tool_calls_from_text: bool = False  # parsed from <tool_call> text: `message` keeps the text as written
     tool_call_errors: list[str] = field(default_factory=list)  # <tool_call> blocks that did not parse
     notes: list[str] = field(default_factory=list)  # what the client had to do (retries, shrinking)
+    ttft_s: Optional[float] = None  # streamed: from sending the (successful) request to its first token
+    streamed: bool = False
+    logprobs: Optional[list[dict]] = None  # per sampled token: {token, logprob[, top]}, when asked for
 
 
 class ModelClient(Protocol):

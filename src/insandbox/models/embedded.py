@@ -112,6 +112,7 @@ class EmbeddedClient:
         self.server = EmbeddedServer(gguf, n_ctx)
         self.client_kwargs = client_kwargs
         self.inner: Optional[OpenAIChatClient] = None
+        self.on_delta = None  # handed to the inner client (streaming)
         self.name = Path(gguf).stem if gguf else "SmolLM2-135M-Instruct.Q4_1"
         self.server.start()
 
@@ -124,6 +125,7 @@ class EmbeddedClient:
             url = await self.server.wait_ready()
             self.name = self.server.model_name or self.name
             self.inner = OpenAIChatClient(self.name, base_url=url, **self.client_kwargs)
+        self.inner.on_delta = self.on_delta
         return await self.inner.complete(messages, tools)
 
     async def close(self) -> None:

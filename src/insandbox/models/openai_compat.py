@@ -1,25 +1,20 @@
 """Client for any OpenAI-compatible chat-completions server (vLLM, SGLang, llama.cpp,
 Ollama, OpenAI), through the official `openai` SDK.
 
-The SDK sends the requests; retrying is ours (the SDK's own retries are off), so every
-kind of failure shares one budget of `max_retries` and each retry is noted in the step
-it delayed:
+The SDK sends the requests; retrying is ours (models/retrying.py: one budget for every kind
+of failure, `Retry-After` honoured). `timeout` bounds each try as a whole, also a server that
+trickles its answer byte by byte (the HTTP library's own timeouts only bound the gaps between
+bytes). We also shrink max_tokens when the context overflows, switch to
+max_completion_tokens or drop temperature for models that refuse them, and read tool calls
+written as text. Replies are read from the raw JSON, checked for the shape of a chat completion.
 
-- 408, 409, 429 and 5xx answers, timeouts, refused or broken connections (a body cut
-  short), and a 200 whose body is not a chat completion (a proxy's HTML page, a truncated
-  or empty body, JSON of another shape) are retried with exponential backoff (0.5 s
-  doubling to 8 s, less up to a quarter at random);
-- a `Retry-After` (or `retry-after-ms`) header, seconds or an HTTP date, is waited for
-  exactly, up to `max_retry_after` (600 s): a server asking for more gets a clear error
-  at once instead of a wait nobody expects (the SDK itself stops at 120 s);
-- `timeout` bounds each try as a whole, also a server that trickles its answer byte by
-  byte (the HTTP library's own timeouts only bound the gaps between bytes).
+Streaming (`stream=True`): the answer comes as server-sent events; `on_delta` sees each
+piece of text or reasoning as it arrives, the reply records the time to its first token,
+and a stream that sends nothing for `stall_timeout` seconds is a failed (retried) try.
 
-The final error says what came back the last time (a body excerpt, truncated), how
-many tries were made over how long, and what failed on the way. We also shrink
-max_tokens when the context overflows, switch to max_completion_tokens or drop
-temperature for models that refuse them, and read tool calls written as text. Replies
-are read from the raw JSON, checked for the shape of a chat completion.
+With `tool_format="text"` no structured tools are sent: their schemas and the calling
+convention go into the system prompt, and calls are read from the reply's text, so a model or
+server without tool support still works.
 
 Tools always travel with `tool_choice` ("auto" unless configured): some servers
 (llama-cpp-python's) read a request with tools but no tool_choice as "no tools".
@@ -27,22 +22,30 @@ Tools always travel with `tool_choice` ("auto" unless configured): some servers
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import ipaddress
 import json
-import math
-import random
 import re
 import time
-from collections import Counter
-from dataclasses import dataclass
-from datetime import timezone
+from collections.abc import Callable
 from typing import Any, Optional
 from urllib.parse import urlparse
 
 from ..tools.base import ToolCall
 from .base import ContextLengthError, ModelError, ModelReply, Usage
-from .tool_text import new_call_id, parse_text_tool_calls
+from .retrying import (
+    BACKOFF_S,
+    EXCERPT_CHARS,
+    MAX_RETRY_AFTER_S,
+    Failure,
+    MalformedResponse,
+    RetryBudget,
+    StreamStalled,
+    excerpt,
+    retry_after_s,  # noqa: F401  (re-exported: tests and callers read it here)
+    short,
+    status_failure,
+)
+from .tool_text import new_call_id, parse_text_tool_calls, with_tools_in_prompt
 
 CONTEXT_ERROR = re.compile(
     r"context length|context window|maximum context|context_length_exceeded|too many tokens|"
@@ -50,62 +53,8 @@ CONTEXT_ERROR = re.compile(
     r"tokens exceed|exceed_context_size", re.I)
 MIN_MAX_TOKENS = 16
 MAX_SHRINKS = 4
-BACKOFF_S = (0.5, 8.0)  # first wait, longest wait
-MAX_RETRY_AFTER_S = 600.0  # the longest Retry-After waited for
-RETRY_STATUSES = frozenset({408, 409, 429})  # and every 5xx
-EXCERPT_CHARS = 300
-
-
-class MalformedResponse(Exception):
-    """HTTP 200 with a body that is not a chat completion."""
-
-
-@dataclass
-class Failure:
-    """One failed try: what to say about it, and whether (and when) to try again."""
-
-    tag: str  # short, for the tally in the final error: "HTTP 503", "timeout"
-    text: str  # a sentence saying what happened
-    retry: bool
-    retry_after: Optional[float] = None  # seconds the server asked for (Retry-After), when it did
-
-
-def excerpt(data: Any, limit: int = EXCERPT_CHARS) -> str:
-    """What came back, quoted (control characters escaped), cut at `limit` characters."""
-    text = data.decode("utf-8", "replace") if isinstance(data, (bytes, bytearray)) else str(data)
-    text = text.strip()
-    shown = repr(text[:limit])
-    return shown + (f" ... ({len(text):,} characters in all)" if len(text) > limit else "")
-
-
-def retry_after_s(headers: Any) -> Optional[float]:
-    """Seconds a response asks the client to wait (`retry-after-ms`, or `Retry-After` as
-    seconds or an HTTP date); None when it does not say. May be <= 0 (a date passed) or inf."""
-    if headers is None:
-        return None
-    ms = headers.get("retry-after-ms")
-    if ms:
-        try:
-            value = float(ms) / 1000
-            if not math.isnan(value):
-                return value
-        except ValueError:
-            pass
-    value = (headers.get("retry-after") or "").strip()
-    if not value:
-        return None
-    try:
-        seconds = float(value)
-        return None if math.isnan(seconds) else seconds
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when.tzinfo is None:  # RFC 9110 dates are GMT
-        when = when.replace(tzinfo=timezone.utc)
-    return when.timestamp() - time.time()
+STALL_TIMEOUT_S = 120.0  # a stream silent this long has stalled
+DeltaHook = Callable[[str, str], None]  # (kind: "content" | "reasoning", text)
 
 
 def is_loopback(url: Optional[str]) -> bool:
@@ -140,7 +89,9 @@ class OpenAIChatClient:
                  extra_body: Optional[dict] = None, timeout: float = 600.0, max_retries: int = 5,
                  send_reasoning: bool = False, extra_params: Optional[dict] = None,
                  tool_choice: Optional[str] = "auto", backoff: tuple[float, float] = BACKOFF_S,
-                 max_retry_after: float = MAX_RETRY_AFTER_S):
+                 max_retry_after: float = MAX_RETRY_AFTER_S, stream: bool = False,
+                 stall_timeout: float = STALL_TIMEOUT_S, logprobs: bool = False, top_logprobs: int = 0,
+                 tool_format: str = "native"):
         self.name = model
         self.base_url = base_url
         self.api_key = api_key
@@ -151,11 +102,18 @@ class OpenAIChatClient:
             self.params["max_tokens"] = max_tokens
         if extra_body:
             self.params["extra_body"] = extra_body
+        if logprobs:
+            self.params["logprobs"] = True
+            if top_logprobs:
+                self.params["top_logprobs"] = top_logprobs
         self.params.update(extra_params or {})
         self.timeout, self.max_retries = timeout, max_retries
         self.backoff, self.max_retry_after = backoff, max_retry_after
         self.send_reasoning = send_reasoning
         self.tool_choice = tool_choice  # None: never send one
+        self.stream, self.stall_timeout = stream, stall_timeout
+        self.tool_format = tool_format  # "text": tools described in the system prompt, calls read from the text
+        self.on_delta: Optional[DeltaHook] = None  # set by whoever shows the tokens as they come
         self._client = None
 
     def _sdk(self):
@@ -169,7 +127,7 @@ class OpenAIChatClient:
                 http_cls = getattr(openai, "DefaultAsyncHttpx2Client", None) or openai.DefaultAsyncHttpxClient
                 limits = type(openai.DEFAULT_CONNECTION_LIMITS)(max_connections=1000, max_keepalive_connections=0)
                 kwargs["http_client"] = http_cls(limits=limits, timeout=self.timeout)
-            # max_retries=0: retrying is ours (see the module's docstring)
+            # max_retries=0: retrying is ours (see models/retrying.py)
             self._client = openai.AsyncOpenAI(base_url=self.base_url, api_key=self.api_key or "EMPTY",
                                               timeout=self.timeout, max_retries=0, **kwargs)
         return self._client
@@ -198,8 +156,10 @@ class OpenAIChatClient:
         client = await self._ready_sdk()
         import openai
 
-        notes: list[str] = []
-        failures: list[Failure] = []  # the tries that failed, in order
+        if tools and self.tool_format == "text":
+            messages, tools = with_tools_in_prompt(messages, tools), None
+        budget = RetryBudget(self.max_retries, self.backoff, self.max_retry_after)
+        notes = budget.notes
         shrinks = 0
         call_params: dict[str, Any] = {}  # this call's own max_tokens after a context overflow
         while True:
@@ -213,8 +173,14 @@ class OpenAIChatClient:
                 if self.tool_choice is not None:
                     body.setdefault("tool_choice", self.tool_choice)
             try:
-                data = await self._post(client, kwargs, body)
+                tried = time.perf_counter()
+                if self.stream:
+                    data, ttft = await self._stream(client, kwargs, body)
+                    ttft -= tried
+                else:
+                    data, ttft = await self._post(client, kwargs, body), None
                 reply = self._reply(data, messages)
+                reply.ttft_s, reply.streamed = ttft, self.stream
                 break
             except openai.BadRequestError as e:
                 text = _error_text(e)
@@ -230,26 +196,15 @@ class OpenAIChatClient:
                     call_params[key] = smaller
                     shrinks += 1
                     continue
-                raise ModelError(self._gave_up(Failure("HTTP 400", f"the model server rejected the request "
-                                                                  f"(400): {text}", False), failures, t0)) from e
-            except (openai.APIError, MalformedResponse, asyncio.TimeoutError) as e:
-                failure = self._failure(e)
-                failures.append(failure)
-                if not failure.retry or len(failures) > self.max_retries:
-                    raise ModelError(self._gave_up(failure, failures[:-1], t0)) from e
-                wait = failure.retry_after
-                if wait is not None and wait > self.max_retry_after:
-                    raise ModelError(self._gave_up(Failure(failure.tag, (
-                        f"{failure.text}; the server asks to wait {wait:.0f} s before trying again (Retry-After), "
-                        f"longer than the {self.max_retry_after:g} s insandbox waits"), False),
-                        failures[:-1], t0)) from e
-                asked = wait is not None and wait > 0
-                if not asked:
-                    first, longest = self.backoff
-                    wait = min(first * 2 ** (len(failures) - 1), longest) * (1 - 0.25 * random.random())
-                notes.append(f"{_short(failure.text)}; retry {len(failures)} of {self.max_retries} "
-                             f"in {wait:.2f} s" + (" (Retry-After)" if asked else ""))
-                await asyncio.sleep(wait)
+                raise ModelError(budget.refuse(Failure("HTTP 400", f"the model server rejected the request "
+                                                                  f"(400): {text}", False))) from e
+            except (openai.APIError, MalformedResponse, StreamStalled, asyncio.TimeoutError) as e:
+                await budget.failed(self._failure(e), e)
+            except Exception as e:  # a stream cut mid-way surfaces as the HTTP library's own error
+                if type(e).__module__.split(".")[0] not in ("httpx", "httpcore"):
+                    raise
+                await budget.failed(Failure("connection broken", f"the connection to the model server at "
+                                            f"{self.base_url} broke before a complete answer: {e!r}", True), e)
         reply.latency_s = time.perf_counter() - t0
         reply.notes = notes
         return reply
@@ -260,12 +215,43 @@ class OpenAIChatClient:
             client.chat.completions.with_raw_response.create(**kwargs, messages=[], extra_body=body), self.timeout)
         return completion_json(raw.http_response.content, raw.http_response.headers.get("content-type"))
 
+    async def _stream(self, client: Any, kwargs: dict, body: dict) -> tuple[dict, float]:
+        """One streamed try: the chunks put together as one completion's JSON, and the moment
+        (perf_counter) its first token came. `timeout` bounds the whole try, `stall_timeout` each gap."""
+        body = dict(body)
+        body.setdefault("stream_options", {"include_usage": True})
+        deadline = time.perf_counter() + self.timeout
+        stream = await asyncio.wait_for(
+            client.chat.completions.create(**kwargs, messages=[], extra_body=body, stream=True), self.timeout)
+        acc = StreamedCompletion()
+        try:
+            chunks = stream.__aiter__()
+            while True:
+                wait = min(self.stall_timeout, deadline - time.perf_counter())
+                try:
+                    chunk = await asyncio.wait_for(chunks.__anext__(), max(wait, 0.001))
+                except StopAsyncIteration:
+                    break
+                except asyncio.TimeoutError:
+                    if wait < self.stall_timeout:
+                        raise
+                    raise StreamStalled(f"the model server's stream sent nothing for {self.stall_timeout:g} s "
+                                        f"({acc.chunks} chunks had come)") from None
+                for kind, text in acc.add(chunk.to_dict()):
+                    if self.on_delta is not None:
+                        self.on_delta(kind, text)
+        finally:
+            await stream.close()
+        return acc.completion(), acc.first_token_at or time.perf_counter()
+
     def _failure(self, e: BaseException) -> Failure:
         import openai
 
         if isinstance(e, MalformedResponse):
             return Failure("not a chat completion",
                            f"the model server answered 200 with something that is not a chat completion: {e}", True)
+        if isinstance(e, StreamStalled):
+            return Failure("stream stalled", str(e), True)
         if isinstance(e, (asyncio.TimeoutError, openai.APITimeoutError)):
             return Failure("timeout", f"the model server did not answer within {self.timeout:g}s", True)
         if isinstance(e, openai.APIConnectionError):
@@ -275,32 +261,8 @@ class OpenAIChatClient:
             return Failure("connection broken", f"the connection to the model server at {self.base_url} broke "
                                                 f"before a complete answer: {cause}", True)
         if isinstance(e, openai.APIStatusError):
-            code, text = e.status_code, _error_text(e)
-            retry = code in RETRY_STATUSES or code >= 500
-            hint = e.response.headers.get("x-should-retry")  # the server's own say, where it has one
-            if hint in ("true", "false"):
-                retry = hint == "true"
-            if code == 401:
-                text = f"authentication failed at {self.base_url}: {text} (check --api-key)"
-            elif code == 404:
-                text = f"not found at {self.base_url}: {text} (check --model, and that --base-url ends in /v1)"
-            elif code == 429:
-                text = f"rate limited (429): {text}"
-            elif code >= 500:
-                text = f"model server error {code}: {text}"
-            else:
-                text = f"the model server rejected the request ({code}): {text}"
-            return Failure(f"HTTP {code}", text, retry, retry_after_s(e.response.headers))
+            return status_failure(e.status_code, _error_text(e), e.response.headers, self.base_url)
         return Failure(type(e).__name__, f"bad answer from the model server: {e}", False)
-
-    def _gave_up(self, last: Failure, earlier: list[Failure], t0: float) -> str:
-        """The final error: the last failure, and what came before it."""
-        if not earlier:
-            return last.text if not last.retry else f"{last.text} (not retried: max retries {self.max_retries})"
-        tries = len(earlier) + 1
-        tally = ", ".join(f"{tag} x{n}" for tag, n in Counter(f.tag for f in [*earlier, last]).items())
-        why = f"no retries left (max retries {self.max_retries})" if last.retry else "this one is not retried"
-        return f"{last.text} ({tries} tries in {time.perf_counter() - t0:.1f} s: {tally}; {why})"
 
     def _adapt(self, text: str, notes: list[str]) -> bool:
         """Fix parameters some models refuse (OpenAI reasoning models); True to retry."""
@@ -348,7 +310,7 @@ class OpenAIChatClient:
         return ModelReply(content=content, tool_calls=calls, message=message, reasoning=reasoning,
                           finish_reason=finish if isinstance(finish, str) else None,
                           usage=_usage(data, messages, message), tool_calls_from_text=from_text,
-                          tool_call_errors=errors)
+                          tool_call_errors=errors, logprobs=token_logprobs(choice.get("logprobs")))
 
 
 def completion_json(content: bytes, content_type: Optional[str] = None) -> dict:
@@ -418,14 +380,105 @@ def _error_text(e: Exception) -> str:
     if isinstance(body, dict):
         inner = body.get("error", body)
         if isinstance(inner, dict) and inner.get("message"):
-            return _short(str(inner["message"]), EXCERPT_CHARS)
+            return short(str(inner["message"]), EXCERPT_CHARS)
         if isinstance(inner, str):
-            return _short(inner, EXCERPT_CHARS)
+            return short(inner, EXCERPT_CHARS)
         return excerpt(json.dumps(body, ensure_ascii=False))
     if isinstance(body, str) and body.strip():  # not JSON: a proxy's page
         return f"a body that is not JSON: {excerpt(body)}"
-    return _short(str(getattr(e, "message", None) or e), EXCERPT_CHARS)
+    return short(str(getattr(e, "message", None) or e), EXCERPT_CHARS)
 
 
-def _short(text: str, limit: int = 200) -> str:
-    return text if len(text) <= limit else text[:limit] + f"... ({len(text):,} characters)"
+def token_logprobs(data: Any) -> Optional[list[dict]]:
+    """The sampled tokens' log probabilities (`logprobs.content`), as [{token, logprob, top?}]."""
+    content = data.get("content") if isinstance(data, dict) else None
+    if not isinstance(content, list):
+        return None
+    out = []
+    for t in content:
+        if not isinstance(t, dict) or not isinstance(t.get("logprob"), (int, float)):
+            continue
+        entry: dict[str, Any] = {"token": t.get("token"), "logprob": t["logprob"]}
+        top = t.get("top_logprobs")
+        if top:
+            entry["top"] = {x.get("token"): x.get("logprob") for x in top if isinstance(x, dict)}
+        out.append(entry)
+    return out
+
+
+class StreamedCompletion:
+    """Chat-completion chunks put together: text and reasoning appended, tool calls by their
+    index (a call's id and name come once, its arguments in pieces), usage from the last chunk."""
+
+    def __init__(self):
+        self.chunks = 0
+        self.first_token_at: Optional[float] = None
+        self.content: list[str] = []
+        self.reasoning: list[str] = []
+        self.reasoning_key = "reasoning_content"
+        self.calls: dict[int, dict] = {}
+        self.finish: Optional[str] = None
+        self.usage: Optional[dict] = None
+        self.logprobs: list[dict] = []
+        self.meta: dict = {}
+
+    def add(self, chunk: dict) -> list[tuple[str, str]]:
+        """Take one chunk; returns the (kind, text) pieces it brought, for display."""
+        self.chunks += 1
+        if chunk.get("error"):
+            raise MalformedResponse(f"an error in the stream: {excerpt(json.dumps(chunk['error']))}")
+        if not self.meta:
+            self.meta = {k: chunk.get(k) for k in ("id", "model", "created")}
+        if isinstance(chunk.get("usage"), dict):
+            self.usage = chunk["usage"]
+        pieces: list[tuple[str, str]] = []
+        for choice in chunk.get("choices") or []:
+            if choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            if choice.get("finish_reason"):
+                self.finish = choice["finish_reason"]
+            lp = choice.get("logprobs")
+            if isinstance(lp, dict) and isinstance(lp.get("content"), list):
+                self.logprobs.extend(lp["content"])
+            for key in ("reasoning_content", "reasoning"):
+                if isinstance(delta.get(key), str) and delta[key]:
+                    self.reasoning_key = key
+                    self.reasoning.append(delta[key])
+                    pieces.append(("reasoning", delta[key]))
+            if isinstance(delta.get("content"), str) and delta["content"]:
+                self.content.append(delta["content"])
+                pieces.append(("content", delta["content"]))
+            for tc in delta.get("tool_calls") or []:
+                empty = {"id": None, "type": "function", "function": {"name": "", "arguments": ""}}
+                call = self.calls.setdefault(tc.get("index", len(self.calls)), empty)
+                if tc.get("id"):
+                    call["id"] = tc["id"]
+                fn = tc.get("function") or {}
+                if fn.get("name"):
+                    call["function"]["name"] += fn["name"]
+                if isinstance(fn.get("arguments"), str):
+                    call["function"]["arguments"] += fn["arguments"]
+                pieces.append(("tool_call", ""))
+        if pieces and self.first_token_at is None:
+            self.first_token_at = time.perf_counter()
+        return [p for p in pieces if p[1]]
+
+    def completion(self) -> dict:
+        """The completion the chunks make up; MalformedResponse when the stream ended early."""
+        if self.chunks == 0:
+            raise MalformedResponse("a stream with no chunks")
+        if self.finish is None:
+            raise MalformedResponse(f"a stream cut short: {self.chunks} chunks and no finish reason")
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(self.content) or None}
+        if self.reasoning:
+            message[self.reasoning_key] = "".join(self.reasoning)
+        if self.calls:
+            message["tool_calls"] = [self.calls[i] for i in sorted(self.calls)]
+        choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": self.finish}
+        if self.logprobs:
+            choice["logprobs"] = {"content": self.logprobs}
+        data = dict(self.meta, object="chat.completion", choices=[choice])
+        if self.usage:
+            data["usage"] = self.usage
+        return data

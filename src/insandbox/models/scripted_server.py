@@ -1,4 +1,6 @@
-"""A deterministic OpenAI-compatible chat-completions server that replays a script.
+"""A deterministic model server that replays a script, speaking OpenAI chat completions
+(`/v1/chat/completions`) and the Anthropic Messages API (`/v1/messages`, see
+scripted_anthropic.py), each streamed (server-sent events) or not.
 
 For tests, benchmarks and demos: it answers real HTTP requests, so the client, the
 loop and the sandbox run exactly as they do against vLLM. The turn to play is the
@@ -17,14 +19,17 @@ Script (JSON or YAML), one entry per model turn:
         {"tool": "submit", "fail": {"status": 503, "times": 2}},  # first 2 tries fail
         {"tool": "submit", "fail": {"status": 200, "body": "<html>proxy error</html>",
                                     "content_type": "text/html"}},  # a 200 that is not JSON
-        {"tool": "submit", "latency": 1.5, "usage": {"prompt_tokens": 7, "completion_tokens": 3}}
+        {"tool": "submit", "latency": 1.5, "usage": {"prompt_tokens": 7, "completion_tokens": 3}},
+        {"content": "cut", "stop_reason": "max_tokens"}   # Messages API: this stop reason
     ]}
 
 `arguments` may be a raw string (to send malformed JSON). Past the last turn the
 server answers `submit`. Script-level keys: `latency` (seconds per call),
 `context_window` (answer 400 like vLLM when prompt + max_tokens exceed it), `usage:
 false` (send no usage), `llm_turns` (played instead of `turns` when the request offers no
-tools, i.e. plain mode), `match` (with several scripts: pick the one whose `match` text
+tools, i.e. plain mode), `token_latency` (seconds between streamed events; a turn may set
+its own), `cache_min_tokens` (Messages API: the shortest prefix cached), `match` (with
+several scripts: pick the one whose `match` text
 appears in the first user message, the longest such; else the script whose `name` is
 the model), `faults` (see below).
 
@@ -44,6 +49,9 @@ received, counted from 1; a single number for one request). Either holds one of:
                                   #   with "hang": true, stay silent instead of closing
     {"cut": 40, "length": false}  # the same without Content-Length (the body ends at the close)
     {"trickle": 0.2}              # the real reply, one byte every 0.2 s
+    {"stall": 3}                  # a streamed request: the first 3 events, then silence
+
+A request asking for `logprobs` gets one entry per 8-character piece of the text.
 
 Every request is logged when it arrives (`ScriptedServer.requests`): `n` (its number),
 `conv`, `turn`, `t_recv`, then `status`, `t_sent`, `fault` (its kind) and `headers` (the
@@ -58,10 +66,11 @@ import math
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Optional, Union
 
+from . import scripted_anthropic
 from .http_json import JSONHandler, QuietThreadingServer
 
 ScriptLike = Union[dict, list, str, Path]
@@ -102,6 +111,10 @@ def _text(content: Any) -> str:
     return content or ""
 
 
+def _pieces(text: str, size: int = 8) -> list[str]:
+    return [text[i:i + size] for i in range(0, len(text), size)]
+
+
 def _calls_of(turn: dict) -> list[dict]:
     if "tool_calls" in turn:
         raw = turn["tool_calls"]
@@ -129,6 +142,7 @@ class _State:
         self.failures: dict[tuple, int] = {}
         self.count = 0  # chat requests received
         self.stopping = threading.Event()  # set on stop: hung answers give up
+        self.prompt_cache: dict[str, int] = {}  # Messages API: cached prefix hash -> its tokens
 
     def number(self) -> int:
         with self.lock:
@@ -193,18 +207,25 @@ class _Handler(JSONHandler):
     def do_POST(self):
         state: _State = self.server.state
         raw = self.read_body()
-        if not self.route().endswith("/chat/completions"):
+        path = self.route()
+        anthropic = path.endswith("/messages")
+        if not anthropic and not path.endswith("/chat/completions"):
             return self.send_json(404, {"error": {"message": "not found"}})
         t_recv = time.time()
         n = state.number()
         try:
             req = json.loads(raw)
             messages = req["messages"]
-        except (ValueError, KeyError) as e:
+            if anthropic:
+                scripted_anthropic.validate(req)
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            if anthropic:
+                return self.send_json(400, scripted_anthropic.error_body(400, str(e)))
             return self.send_json(400, {"error": {"message": f"bad request: {e}", "type": "invalid_request_error"}})
-        if req.get("stream"):
-            return self.send_json(400, {"error": {"message": "the scripted server does not stream"}})
-        first_user = next((_text(m.get("content")) for m in messages if m.get("role") == "user"), "")
+        if anthropic:
+            first_user = scripted_anthropic.first_user_text(req)
+        else:
+            first_user = next((_text(m.get("content")) for m in messages if m.get("role") == "user"), "")
         try:
             script = state.pick(req.get("model", ""), first_user)
         except KeyError as e:
@@ -213,33 +234,102 @@ class _Handler(JSONHandler):
         index = sum(1 for m in messages if m.get("role") == "assistant")
         turns = script["llm_turns"] if not req.get("tools") and "llm_turns" in script else script["turns"]
         turn = turns[index] if index < len(turns) else {"tool": "submit"}
-        record = state.record({"n": n, "conv": conv, "turn": index, "t_recv": t_recv, "messages": messages,
-                               "tools": req.get("tools"),
+        record = state.record({"n": n, "api": "messages" if anthropic else "chat", "conv": conv, "turn": index,
+                               "t_recv": t_recv, "messages": messages, "tools": req.get("tools"),
                                "params": {k: v for k, v in req.items() if k not in ("messages", "tools")}})
 
         latency = turn.get("latency", state.latency if state.latency is not None else script.get("latency", 0))
         if latency:  # before a scripted failure too: a request can take long and still fail
             time.sleep(latency)
+        render = self.anthropic_message if anthropic else self.completion
         fault = state.fault_for(script, turn, conv, index, n)
-        if fault:
-            return self.play_fault(*fault, record, lambda: self.completion(req, script, turn, messages, t_recv))
-        prompt_tokens = max(1, len(json.dumps(messages)) // 4)
+        if fault and "stall" not in fault[0]:
+            return self.play_fault(*fault, record, lambda: json.dumps(render(req, script, turn, messages, t_recv),
+                                                                      ensure_ascii=False).encode())
+        prompt_tokens = max(1, len(json.dumps([req.get("system"), messages] if anthropic else messages)) // 4)
         window = script.get("context_window")
         want = req.get("max_tokens") or req.get("max_completion_tokens") or 0
         if window and prompt_tokens + want > window:
             record.update(status=400, t_sent=time.time())
+            if anthropic:
+                return self.send_json(400, scripted_anthropic.error_body(400, (
+                    f"prompt is too long: {prompt_tokens + want} tokens > {window} maximum")))
             return self.send_json(400, {"error": {"type": "BadRequestError", "message": (
                 f"This model's maximum context length is {window} tokens. However, you requested "
                 f"{prompt_tokens + want} tokens ({prompt_tokens} in the messages, {want} in the completion). "
                 "Please reduce the length of the messages or completion.")}})
 
-        body = self.completion(req, script, turn, messages, t_recv)
-        record.update(status=200, t_sent=time.time(), reply=json.loads(body)["choices"][0]["message"]
-                      if state.keep_requests else None)
-        self.send_raw(200, body, "application/json")
+        body = render(req, script, turn, messages, t_recv)
+        reply = body["content"] if anthropic else body["choices"][0]["message"]
+        record.update(status=200, reply=reply if state.keep_requests else None)
+        if req.get("stream"):
+            events = scripted_anthropic.stream_events(body) if anthropic else self.chunks(req, body)
+            self.send_stream(events, float(turn.get("token_latency", script.get("token_latency", 0))),
+                             fault[0].get("stall") if fault else None)
+        else:
+            self.send_raw(200, json.dumps(body, ensure_ascii=False).encode(), "application/json")
+        record["t_sent"] = time.time()
 
-    def completion(self, req: dict, script: dict, turn: dict, messages: list, t_recv: float) -> bytes:
-        """The turn's chat completion, as the bytes of its JSON body."""
+    def send_stream(self, events: Iterator[tuple[Optional[str], Any]], gap: float, stall: Optional[int]) -> None:
+        """Server-sent events, `gap` seconds apart; with `stall`, silence after that many events."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+        try:
+            for i, (name, data) in enumerate(events):
+                if stall is not None and i >= int(stall):
+                    self.server.state.stopping.wait()
+                    return
+                text = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
+                self.wfile.write(((f"event: {name}\n" if name else "") + f"data: {text}\n\n").encode())
+                self.wfile.flush()
+                if gap:
+                    time.sleep(gap)
+        except (BrokenPipeError, ConnectionResetError):  # the client gave up
+            pass
+
+    def chunks(self, req: dict, body: dict) -> Iterator[tuple[Optional[str], Any]]:
+        """A chat completion as the chunks of its stream (text in pieces of 8 characters)."""
+        msg = body["choices"][0]["message"]
+        base = {k: body[k] for k in ("id", "created", "model")}
+        base["object"] = "chat.completion.chunk"
+
+        def chunk(delta: dict, finish: Optional[str] = None, **extra) -> tuple[None, dict]:
+            return None, dict(base, choices=[dict({"index": 0, "delta": delta, "finish_reason": finish}, **extra)])
+
+        yield chunk({"role": "assistant", "content": ""})
+        for key in ("reasoning_content", "reasoning"):
+            for p in _pieces(msg.get(key) or ""):
+                if p:
+                    yield chunk({key: p})
+        logprobs = body["choices"][0].get("logprobs")
+        for i, p in enumerate(_pieces(msg.get("content") or "")):
+            if p:
+                extra = {"logprobs": {"content": logprobs["content"][i:i + 1]}} if logprobs else {}
+                yield chunk({"content": p}, **extra)
+        for i, c in enumerate(msg.get("tool_calls") or []):
+            yield chunk({"tool_calls": [{"index": i, "id": c["id"], "type": "function",
+                                         "function": {"name": c["function"]["name"], "arguments": ""}}]})
+            for p in _pieces(c["function"]["arguments"], 16):
+                yield chunk({"tool_calls": [{"index": i, "function": {"arguments": p}}]})
+        yield chunk({}, body["choices"][0]["finish_reason"])
+        if body.get("usage") and (req.get("stream_options") or {}).get("include_usage"):
+            yield None, dict(base, choices=[], usage=body["usage"])
+        yield None, "[DONE]"
+
+    def anthropic_message(self, req: dict, script: dict, turn: dict, messages: list, t_recv: float) -> dict:
+        state: _State = self.server.state
+        usage = None
+        if script.get("usage", True) is not False:
+            with state.lock:
+                usage = scripted_anthropic.cached_usage(req, state.prompt_cache, int(script.get("cache_min_tokens", 0)))
+        return scripted_anthropic.message(req, turn, _calls_of(turn), req.get("model", "scripted"), usage)
+
+    def completion(self, req: dict, script: dict, turn: dict, messages: list, t_recv: float) -> dict:
+        """The turn's chat completion, as the JSON of its body."""
         prompt_tokens = max(1, len(json.dumps(messages)) // 4)
         calls = _calls_of(turn)
         content = turn.get("content")
@@ -264,7 +354,12 @@ class _Handler(JSONHandler):
             usage.update(turn.get("usage") or {})
             usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
             body["usage"] = usage
-        return json.dumps(body, ensure_ascii=False).encode()
+        if req.get("logprobs") and content:  # one entry per 8-character piece, as the stream sends them
+            body["choices"][0]["logprobs"] = {"content": [
+                {"token": p, "logprob": -0.25 * (i % 4), "bytes": list(p.encode()),
+                 "top_logprobs": [{"token": p, "logprob": -0.25 * (i % 4)}][:req.get("top_logprobs") or 0]}
+                for i, p in enumerate(_pieces(content))]}
+        return body
 
     def play_fault(self, fault: dict, k: int, record: dict, completion: Callable[[], bytes]) -> None:
         """Answer with fault `fault`, the `k`-th failure of its spec."""

@@ -118,3 +118,31 @@ def tool_response_message(outputs: list[str], extra: str = "") -> dict:
     """The results of calls written as text, in the form Hermes-style templates use for them."""
     blocks = "\n".join(f"<tool_response>\n{out}\n</tool_response>" for out in outputs)
     return {"role": "user", "content": blocks + (f"\n{extra}" if extra else "")}
+
+
+def tools_prompt(tools: list[dict]) -> str:
+    """The tools and how to call them, for a system prompt (`--tool-format text`): any chat model
+    can follow it, whatever its server or chat template does with structured tools."""
+    lines = []
+    for t in tools:
+        fn = t.get("function", t)
+        lines.append(json.dumps({"name": fn["name"], "description": fn.get("description", ""),
+                                 "parameters": fn.get("parameters") or {}}, ensure_ascii=False))
+    return ("# Tools\n\nYou can call these tools, described as JSON schemas:\n" + "\n".join(lines) +
+            "\n\nTo call a tool, write the call in your reply as a JSON object inside <tool_call></tool_call> "
+            'tags, for example:\n<tool_call>\n{"name": "execute_bash", "arguments": {"command": "ls"}}\n</tool_call>'
+            "\nYou may write several calls in one reply; they run in order. The results come back in "
+            "<tool_response></tool_response> blocks.")
+
+
+def with_tools_in_prompt(messages: list[dict], tools: list[dict]) -> list[dict]:
+    """The conversation with the tools' description at the end of its system message (one is
+    added when there is none); the caller then sends no structured tools."""
+    section = tools_prompt(tools)
+    if messages and messages[0].get("role") == "system":
+        first = messages[0]
+        content = first.get("content")
+        text = content if isinstance(content, str) else "".join(
+            p.get("text", "") for p in content or [] if isinstance(p, dict))
+        return [dict(first, content=f"{text}\n\n{section}" if text else section), *messages[1:]]
+    return [{"role": "system", "content": section}, *messages]

@@ -1,0 +1,460 @@
+"""Client for the Anthropic Messages API (`POST /v1/messages`), through the official `anthropic` SDK.
+
+The loop keeps the conversation in OpenAI's chat shape; each request turns it into
+Anthropic's:
+
+- system messages become the top-level `system`; tool results (`role: tool`) become
+  `tool_result` blocks at the head of the next user turn, merged with any user text after
+  them, and a call of a reply that got no result is answered with an error result, because
+  the API refuses a `tool_use` left unanswered;
+- an assistant turn is sent back as the blocks the API gave: its thinking blocks first
+  (kept on the message as `thinking_blocks`, signatures included, which the API checks when
+  thinking is on), then text, then `tool_use`;
+- prompt caching: `cache_control` on the system prompt and on the last block of the
+  conversation, so each request reads the prefix the one before wrote (2 of the 4
+  breakpoints the API allows).
+
+Usage is recorded as input (uncached + cache read + cache write, like OpenAI's
+prompt_tokens), cache-read and cache-write tokens. Stop reasons: `tool_use` -> tool_calls,
+`end_turn`/`stop_sequence` -> stop, `max_tokens` -> length, `model_context_window_exceeded`
+-> the run ends `context_length`, `refusal` -> the run ends `model_error` with the refusal
+said. Retries (429, 529 overloaded, 5xx, `retry-after`) share models/retrying.py with the
+OpenAI client; a prompt too long for the context is `context_length`.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any, Optional
+
+from ..tools.base import ToolCall
+from .base import ContextLengthError, ModelError, ModelReply, Usage
+from .openai_compat import CONTEXT_ERROR, STALL_TIMEOUT_S, DeltaHook, is_loopback
+from .retrying import (
+    BACKOFF_S,
+    MAX_RETRY_AFTER_S,
+    Failure,
+    MalformedResponse,
+    RetryBudget,
+    StreamStalled,
+    excerpt,
+    status_failure,
+)
+from .tool_text import parse_text_tool_calls, with_tools_in_prompt
+
+DEFAULT_MAX_TOKENS = 8192  # the API requires one; with thinking, added to the thinking budget
+INTERLEAVED_THINKING = "interleaved-thinking-2025-05-14"  # beta: thinking between tool calls
+FINISH = {"end_turn": "stop", "stop_sequence": "stop", "tool_use": "tool_calls", "max_tokens": "length",
+          "pause_turn": "stop"}
+
+
+class ModelRefused(ModelError):
+    """The model declined to answer (stop_reason `refusal`)."""
+
+
+def api_root(base_url: Optional[str]) -> Optional[str]:
+    """The SDK appends /v1/messages itself: accept the same --base-url as for OpenAI (ending /v1)."""
+    if base_url is None:
+        return None
+    url = base_url.rstrip("/")
+    return url[: -len("/v1")] if url.endswith("/v1") else url
+
+
+def _arguments(text: str) -> dict:
+    try:
+        value = json.loads(text or "{}")
+    except ValueError:
+        return {"_raw": text}  # never from this API (its inputs are objects), but a history may carry one
+    return value if isinstance(value, dict) else {"value": value}
+
+
+def _text_blocks(content: Any) -> list[dict]:
+    if isinstance(content, list):
+        return [{"type": "text", "text": p.get("text", "")} for p in content
+                if isinstance(p, dict) and p.get("type", "text") == "text" and p.get("text")]
+    return [{"type": "text", "text": content}] if content else []
+
+
+def to_messages(messages: list[dict]) -> tuple[list[dict], list[dict]]:
+    """OpenAI-shaped history -> (system blocks, Anthropic messages), every tool call answered."""
+    system: list[dict] = []
+    out: list[dict] = []
+
+    def user_turn() -> list[dict]:
+        if not out or out[-1]["role"] != "user":
+            out.append({"role": "user", "content": []})
+        return out[-1]["content"]
+
+    for m in messages:
+        role = m.get("role")
+        if role == "system":
+            system.extend(_text_blocks(m.get("content")))
+        elif role == "tool":
+            blocks = user_turn()
+            result = {"type": "tool_result", "tool_use_id": m.get("tool_call_id"),
+                      "content": m.get("content") or "(no output)"}
+            # results go before any text of the same turn, as the API wants
+            at = next((i for i, b in enumerate(blocks) if b["type"] != "tool_result"), len(blocks))
+            blocks.insert(at, result)
+        elif role == "user":
+            user_turn().extend(_text_blocks(m.get("content")) or [{"type": "text", "text": "(empty)"}])
+        elif role == "assistant":
+            blocks = [dict(b) for b in m.get("thinking_blocks") or []]
+            blocks += _text_blocks(m.get("content"))
+            for c in m.get("tool_calls") or []:
+                fn = c.get("function") or {}
+                blocks.append({"type": "tool_use", "id": c.get("id"), "name": fn.get("name"),
+                               "input": _arguments(fn.get("arguments"))})
+            if out and out[-1]["role"] == "assistant":
+                out[-1]["content"].extend(blocks)
+            else:
+                out.append({"role": "assistant", "content": blocks or [{"type": "text", "text": "(empty)"}]})
+    _answer_every_call(out)
+    return system, out
+
+
+def _answer_every_call(out: list[dict]) -> None:
+    """Add an error result for each tool_use the next user turn does not answer."""
+    for i, m in enumerate(out):
+        if m["role"] != "assistant":
+            continue
+        ids = [b["id"] for b in m["content"] if b["type"] == "tool_use"]
+        if not ids:
+            continue
+        if i + 1 == len(out) or out[i + 1]["role"] != "user":
+            out.insert(i + 1, {"role": "user", "content": []})
+        blocks = out[i + 1]["content"]
+        answered = {b.get("tool_use_id") for b in blocks if b["type"] == "tool_result"}
+        missing = [{"type": "tool_result", "tool_use_id": x, "is_error": True,
+                    "content": "not run: the turn ended before this call"} for x in ids if x not in answered]
+        out[i + 1]["content"] = missing + blocks
+
+
+def with_cache_points(system: list[dict], messages: list[dict]) -> None:
+    """Mark the stable prefix (system) and the end of the conversation for prompt caching."""
+    if system:
+        system[-1] = dict(system[-1], cache_control={"type": "ephemeral"})
+    for m in reversed(messages):
+        if m["content"]:
+            last = m["content"][-1]
+            if last["type"] not in ("thinking", "redacted_thinking"):  # thinking blocks cannot be marked
+                m["content"][-1] = dict(last, cache_control={"type": "ephemeral"})
+                return
+
+
+def to_tools(tools: Optional[list[dict]]) -> Optional[list[dict]]:
+    if not tools:
+        return None
+    out = []
+    for t in tools:
+        fn = t.get("function", t)
+        out.append({"name": fn["name"], "description": fn.get("description", ""),
+                    "input_schema": fn.get("parameters") or {"type": "object", "properties": {}}})
+    return out
+
+
+class AnthropicClient:
+    def __init__(self, model: str, base_url: Optional[str] = None, api_key: Optional[str] = None,
+                 temperature: Optional[float] = None, max_tokens: Optional[int] = None,
+                 extra_body: Optional[dict] = None, timeout: float = 600.0, max_retries: int = 5,
+                 tool_choice: Optional[str] = "auto", thinking_budget: Optional[int] = None,
+                 prompt_caching: bool = True, stream: bool = False, stall_timeout: float = STALL_TIMEOUT_S,
+                 backoff: tuple[float, float] = BACKOFF_S, max_retry_after: float = MAX_RETRY_AFTER_S,
+                 tool_format: str = "native", **_ignored):
+        self.name = model
+        self.base_url = api_root(base_url)
+        self.api_key = api_key
+        self.params: dict[str, Any] = {"model": model}
+        self.extra_body = dict(extra_body or {})
+        self.notes_once: list[str] = []
+        if thinking_budget:
+            self.params["thinking"] = {"type": "enabled", "budget_tokens": thinking_budget}
+            if temperature is not None:  # the API takes no temperature with thinking
+                self.notes_once.append(f"temperature {temperature} not sent: the API refuses it with thinking on")
+                temperature = None
+        if temperature is not None:
+            self.params["temperature"] = temperature
+        self.params["max_tokens"] = max_tokens or DEFAULT_MAX_TOKENS + (thinking_budget or 0)
+        self.timeout, self.max_retries = timeout, max_retries
+        self.backoff, self.max_retry_after = backoff, max_retry_after
+        self.tool_choice = tool_choice
+        self.prompt_caching = prompt_caching
+        self.stream, self.stall_timeout = stream, stall_timeout
+        self.tool_format = tool_format
+        self.on_delta: Optional[DeltaHook] = None
+        self._client = None
+
+    def _sdk(self):
+        if self._client is None:
+            import anthropic
+
+            kwargs: dict[str, Any] = {}
+            if self.params.get("thinking"):
+                kwargs["default_headers"] = {"anthropic-beta": INTERLEAVED_THINKING}
+            if is_loopback(self.base_url):  # as in the OpenAI client: no keep-alive on loopback
+                import httpx
+
+                kwargs["http_client"] = anthropic.DefaultAsyncHttpxClient(
+                    limits=httpx.Limits(max_connections=1000, max_keepalive_connections=0), timeout=self.timeout)
+            # max_retries=0: retrying is ours (models/retrying.py)
+            self._client = anthropic.AsyncAnthropic(base_url=self.base_url, api_key=self.api_key or "EMPTY",
+                                                    timeout=self.timeout, max_retries=0, **kwargs)
+        return self._client
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
+
+    def request(self, messages: list[dict], tools: Optional[list[dict]]) -> dict:
+        """The Messages API request body for this conversation."""
+        system, converted = to_messages(messages)
+        if self.prompt_caching:
+            with_cache_points(system, converted)
+        body: dict[str, Any] = dict(self.params, messages=converted)
+        if system:
+            body["system"] = system
+        anthropic_tools = to_tools(tools)
+        if anthropic_tools and self.tool_choice != "none":
+            body["tools"] = anthropic_tools
+            if self.tool_choice is not None:
+                body["tool_choice"] = {"type": "any" if self.tool_choice == "required" else "auto"}
+        body.update(self.extra_body)
+        return body
+
+    async def complete(self, messages: list[dict], tools: Optional[list[dict]] = None) -> ModelReply:
+        t0 = time.perf_counter()
+        try:
+            return await self._complete(messages, tools, t0)
+        except ModelError as e:
+            e.latency_s = time.perf_counter() - t0
+            raise
+
+    async def _complete(self, messages: list[dict], tools: Optional[list[dict]], t0: float) -> ModelReply:
+        if self._client is None:
+            await asyncio.get_running_loop().run_in_executor(None, self._sdk)  # the import takes ~0.5 s
+        import anthropic
+
+        budget = RetryBudget(self.max_retries, self.backoff, self.max_retry_after)
+        if tools and self.tool_format == "text":
+            messages, tools = with_tools_in_prompt(messages, tools), None
+        body = self.request(messages, tools)
+        while True:
+            try:
+                tried = time.perf_counter()
+                if self.stream:
+                    data, first = await self._stream(body)
+                    ttft = first - tried
+                else:
+                    data, ttft = await self._post(body), None
+                break
+            except anthropic.BadRequestError as e:
+                text = _error_text(e)
+                if CONTEXT_ERROR.search(text):
+                    raise ContextLengthError(f"the conversation no longer fits the model's context: {text}") from e
+                raise ModelError(budget.refuse(Failure("HTTP 400", f"the model server rejected the request "
+                                                                  f"(400): {text}", False))) from e
+            except (anthropic.APIError, MalformedResponse, StreamStalled, asyncio.TimeoutError) as e:
+                await budget.failed(self._failure(e), e)
+            except Exception as e:  # a stream cut mid-way surfaces as the HTTP library's own error
+                if type(e).__module__.split(".")[0] not in ("httpx", "httpcore"):
+                    raise
+                await budget.failed(Failure("connection broken", f"the connection to the model server at "
+                                            f"{self.base_url} broke before a complete answer: {e!r}", True), e)
+        reply = self.reply(data)
+        reply.ttft_s, reply.streamed = ttft, self.stream
+        reply.latency_s = time.perf_counter() - t0
+        reply.notes = self.notes_once + budget.notes
+        self.notes_once = []
+        return reply
+
+    async def _post(self, body: dict) -> dict:
+        client = self._client
+        raw = await asyncio.wait_for(client.messages.with_raw_response.create(**body), self.timeout)
+        return message_json(raw.http_response.content)
+
+    async def _stream(self, body: dict) -> tuple[dict, float]:
+        """One streamed try: the events put together as one message, and when its first token came."""
+        deadline = time.perf_counter() + self.timeout
+        stream = await asyncio.wait_for(self._client.messages.create(**body, stream=True), self.timeout)
+        acc = StreamedMessage()
+        try:
+            events = stream.__aiter__()
+            while True:
+                wait = min(self.stall_timeout, deadline - time.perf_counter())
+                try:
+                    event = await asyncio.wait_for(events.__anext__(), max(wait, 0.001))
+                except StopAsyncIteration:
+                    break
+                except asyncio.TimeoutError:
+                    if wait < self.stall_timeout:
+                        raise
+                    raise StreamStalled(f"the model server's stream sent nothing for {self.stall_timeout:g} s "
+                                        f"({acc.events} events had come)") from None
+                for kind, text in acc.add(event.to_dict()):
+                    if self.on_delta is not None:
+                        self.on_delta(kind, text)
+        finally:
+            await stream.close()
+        return acc.message(), acc.first_token_at or time.perf_counter()
+
+    def _failure(self, e: BaseException) -> Failure:
+        import anthropic
+
+        if isinstance(e, MalformedResponse):
+            return Failure("not a message", f"the model server answered 200 with something that is not a "
+                                            f"Messages API message: {e}", True)
+        if isinstance(e, StreamStalled):
+            return Failure("stream stalled", str(e), True)
+        if isinstance(e, (asyncio.TimeoutError, anthropic.APITimeoutError)):
+            return Failure("timeout", f"the model server did not answer within {self.timeout:g}s", True)
+        if isinstance(e, anthropic.APIConnectionError):
+            cause = e.__cause__ or e
+            if type(cause).__name__ == "ConnectError":
+                return Failure("connection refused", f"cannot reach the model server at {self.base_url}: {cause}", True)
+            return Failure("connection broken", f"the connection to the model server at {self.base_url} broke "
+                                                f"before a complete answer: {cause}", True)
+        if isinstance(e, anthropic.APIStatusError):
+            return status_failure(e.status_code, _error_text(e), e.response.headers, self.base_url,
+                                  key_hint="ANTHROPIC_API_KEY or --api-key",
+                                  path_hint="and --base-url: the server's root, where /v1/messages is")
+        if isinstance(e, anthropic.APIError):  # an `error` event inside a stream
+            return Failure("error event", f"the model server sent an error in its stream: {e}", True)
+        return Failure(type(e).__name__, f"bad answer from the model server: {e}", False)
+
+    def reply(self, data: dict) -> ModelReply:
+        """A Messages API message -> the loop's reply (OpenAI-shaped message, thinking kept)."""
+        stop = data.get("stop_reason")
+        if stop == "model_context_window_exceeded":
+            raise ContextLengthError("the conversation no longer fits the model's context "
+                                     "(stop_reason model_context_window_exceeded)")
+        texts, thinking, reasoning, calls = [], [], [], []
+        for b in data["content"]:
+            kind = b.get("type")
+            if kind == "text":
+                texts.append(b.get("text") or "")
+            elif kind in ("thinking", "redacted_thinking"):
+                thinking.append(b)
+                reasoning.append(b.get("thinking") or "[redacted thinking]")
+            elif kind == "tool_use":
+                calls.append(ToolCall(id=b["id"], name=b["name"], arguments=json.dumps(b.get("input") or {},
+                                                                                         ensure_ascii=False)))
+        content = "".join(texts)
+        from_text, errors = False, []
+        if not calls:  # calls written as text (--tool-format text, or a model that does so unasked)
+            parsed, rest, errors = parse_text_tool_calls(content)
+            if parsed:
+                calls, from_text = parsed, True
+        if stop == "refusal":
+            raise ModelRefused(f"the model refused to go on (stop_reason refusal){': ' + content if content else ''}")
+        message: dict[str, Any] = {"role": "assistant", "content": content}
+        if calls and not from_text:  # calls read from text go back as the text they were written in
+            message["tool_calls"] = [{"id": c.id, "type": "function",
+                                      "function": {"name": c.name, "arguments": c.arguments}} for c in calls]
+        if thinking:
+            message["thinking_blocks"] = thinking
+        return ModelReply(content=(rest if from_text else content) or None, tool_calls=calls, message=message,
+                          reasoning="\n".join(reasoning) if reasoning else None,
+                          finish_reason=FINISH.get(stop, stop), usage=_usage(data.get("usage")),
+                          tool_calls_from_text=from_text, tool_call_errors=errors)
+
+
+def message_json(content: bytes) -> dict:
+    """The JSON of a Messages API message, checked for the parts we read."""
+    if not content.strip():
+        raise MalformedResponse("an empty body")
+    try:
+        data = json.loads(content)
+    except ValueError:
+        raise MalformedResponse(f"a body that is not JSON ({len(content):,} bytes): {excerpt(content)}") from None
+    if not isinstance(data, dict):
+        raise MalformedResponse(f"JSON that is not an object: {excerpt(content)}")
+    if data.get("type") == "error":
+        raise MalformedResponse(f"an error instead of a message: {excerpt(json.dumps(data.get('error')))}")
+    blocks = data.get("content")
+    if not isinstance(blocks, list) or not all(isinstance(b, dict) for b in blocks):
+        raise MalformedResponse(f"no list of content blocks: {excerpt(content)}")
+    for i, b in enumerate(blocks):
+        if b.get("type") == "tool_use" and not (isinstance(b.get("id"), str) and isinstance(b.get("name"), str)):
+            raise MalformedResponse(f"tool_use block {i} has no id or name: {excerpt(content)}")
+    return data
+
+
+def _usage(u: Any) -> Usage:
+    if not isinstance(u, dict) or not isinstance(u.get("input_tokens"), int):
+        return Usage(reported=False)
+    read = u.get("cache_read_input_tokens") or 0
+    written = u.get("cache_creation_input_tokens") or 0
+    return Usage(prompt_tokens=u["input_tokens"] + read + written, completion_tokens=u.get("output_tokens") or 0,
+                 cached_tokens=read, cache_write_tokens=written)
+
+
+def _error_text(e: Exception) -> str:
+    body = getattr(e, "body", None)
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        if isinstance(inner, dict) and inner.get("message"):
+            return str(inner["message"])[:600]
+    return str(getattr(e, "message", None) or e)[:600]
+
+
+class StreamedMessage:
+    """Messages API stream events put together into the message they make up."""
+
+    def __init__(self):
+        self.events = 0
+        self.first_token_at: Optional[float] = None
+        self.data: Optional[dict] = None
+        self.blocks: dict[int, dict] = {}
+        self.json_parts: dict[int, list[str]] = {}
+        self.stopped = False
+
+    def add(self, event: dict) -> list[tuple[str, str]]:
+        self.events += 1
+        kind = event.get("type")
+        pieces: list[tuple[str, str]] = []
+        if kind == "error":
+            raise MalformedResponse(f"an error event: {excerpt(json.dumps(event.get('error')))}")
+        if kind == "message_start":
+            self.data = dict(event["message"])
+        elif kind == "content_block_start":
+            self.blocks[event["index"]] = dict(event["content_block"])
+            if event["content_block"].get("type") == "tool_use":
+                self.json_parts[event["index"]] = []
+        elif kind == "content_block_delta":
+            block, delta = self.blocks[event["index"]], event["delta"]
+            if delta["type"] == "text_delta":
+                block["text"] = block.get("text", "") + delta["text"]
+                pieces.append(("content", delta["text"]))
+            elif delta["type"] == "thinking_delta":
+                block["thinking"] = block.get("thinking", "") + delta["thinking"]
+                pieces.append(("reasoning", delta["thinking"]))
+            elif delta["type"] == "signature_delta":
+                block["signature"] = delta["signature"]
+            elif delta["type"] == "input_json_delta":
+                self.json_parts[event["index"]].append(delta["partial_json"])
+                pieces.append(("tool_call", ""))
+        elif kind == "content_block_stop":
+            parts = self.json_parts.pop(event["index"], None)
+            if parts is not None:
+                try:
+                    self.blocks[event["index"]]["input"] = json.loads("".join(parts) or "{}")
+                except ValueError:
+                    text = "".join(parts)
+                    raise MalformedResponse(f"a tool call's input that is not JSON: {excerpt(text)}") from None
+        elif kind == "message_delta" and self.data is not None:
+            self.data.update(event.get("delta") or {})
+            usage = dict(self.data.get("usage") or {})
+            usage.update(event.get("usage") or {})
+            self.data["usage"] = usage
+        elif kind == "message_stop":
+            self.stopped = True
+        if pieces and self.first_token_at is None:
+            self.first_token_at = time.perf_counter()
+        return [p for p in pieces if p[1]]
+
+    def message(self) -> dict:
+        if self.data is None or not self.stopped:
+            raise MalformedResponse(f"a stream cut short: {self.events} events and no message_stop")
+        return dict(self.data, content=[self.blocks[i] for i in sorted(self.blocks)])

@@ -1,0 +1,157 @@
+"""Retrying a model request, shared by every HTTP client (OpenAI chat completions, Anthropic messages).
+
+The SDKs send the requests with their own retries off, so that every kind of failure shares
+one budget of `max_retries` and each retry is noted in the step it delayed:
+
+- 408, 409, 429 and 5xx answers (529 "overloaded" included), timeouts, refused or broken
+  connections, stalled streams, and a 200 whose body is not a completion are retried with
+  exponential backoff (0.5 s doubling to 8 s, less up to a quarter at random);
+- a `Retry-After` (or `retry-after-ms`) header, seconds or an HTTP date, is waited for
+  exactly, up to `max_retry_after` (600 s): a server asking for more gets a clear error
+  at once instead of a wait nobody expects.
+
+The final error says what came back the last time, how many tries were made over how
+long, and what failed on the way.
+"""
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import math
+import random
+import time
+from collections import Counter
+from dataclasses import dataclass
+from datetime import timezone
+from typing import Any, Optional
+
+from .base import ModelError
+
+BACKOFF_S = (0.5, 8.0)  # first wait, longest wait
+MAX_RETRY_AFTER_S = 600.0  # the longest Retry-After waited for
+RETRY_STATUSES = frozenset({408, 409, 429})  # and every 5xx
+EXCERPT_CHARS = 300
+
+
+class MalformedResponse(Exception):
+    """HTTP 200 with a body that is not a completion."""
+
+
+class StreamStalled(Exception):
+    """A streamed answer sent nothing for longer than the stall timeout."""
+
+
+@dataclass
+class Failure:
+    """One failed try: what to say about it, and whether (and when) to try again."""
+
+    tag: str  # short, for the tally in the final error: "HTTP 503", "timeout"
+    text: str  # a sentence saying what happened
+    retry: bool
+    retry_after: Optional[float] = None  # seconds the server asked for (Retry-After), when it did
+
+
+def excerpt(data: Any, limit: int = EXCERPT_CHARS) -> str:
+    """What came back, quoted (control characters escaped), cut at `limit` characters."""
+    text = data.decode("utf-8", "replace") if isinstance(data, (bytes, bytearray)) else str(data)
+    text = text.strip()
+    shown = repr(text[:limit])
+    return shown + (f" ... ({len(text):,} characters in all)" if len(text) > limit else "")
+
+
+def short(text: str, limit: int = 200) -> str:
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text):,} characters)"
+
+
+def retry_after_s(headers: Any) -> Optional[float]:
+    """Seconds a response asks the client to wait (`retry-after-ms`, or `Retry-After` as
+    seconds or an HTTP date); None when it does not say. May be <= 0 (a date passed) or inf."""
+    if headers is None:
+        return None
+    ms = headers.get("retry-after-ms")
+    if ms:
+        try:
+            value = float(ms) / 1000
+            if not math.isnan(value):
+                return value
+        except ValueError:
+            pass
+    value = (headers.get("retry-after") or "").strip()
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+        return None if math.isnan(seconds) else seconds
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:  # RFC 9110 dates are GMT
+        when = when.replace(tzinfo=timezone.utc)
+    return when.timestamp() - time.time()
+
+
+def status_failure(code: int, text: str, headers: Any, base_url: Optional[str], key_hint: str = "--api-key",
+                   path_hint: str = "and that --base-url ends in /v1") -> Failure:
+    """A failure from an HTTP error status, worded for the user, with the server's retry advice."""
+    retry = code in RETRY_STATUSES or code >= 500
+    hint = headers.get("x-should-retry") if headers is not None else None  # the server's own say
+    if hint in ("true", "false"):
+        retry = hint == "true"
+    if code == 401:
+        text = f"authentication failed at {base_url}: {text} (check {key_hint})"
+    elif code == 404:
+        text = f"not found at {base_url}: {text} (check --model, {path_hint})"
+    elif code == 429:
+        text = f"rate limited (429): {text}"
+    elif code == 529:
+        text = f"the model server is overloaded (529): {text}"
+    elif code >= 500:
+        text = f"model server error {code}: {text}"
+    else:
+        text = f"the model server rejected the request ({code}): {text}"
+    return Failure(f"HTTP {code}", text, retry, retry_after_s(headers))
+
+
+class RetryBudget:
+    """The tries of one request: `failed` waits before the next one, or raises the final ModelError."""
+
+    def __init__(self, max_retries: int, backoff: tuple[float, float] = BACKOFF_S,
+                 max_retry_after: float = MAX_RETRY_AFTER_S):
+        self.max_retries, self.backoff, self.max_retry_after = max_retries, backoff, max_retry_after
+        self.failures: list[Failure] = []
+        self.notes: list[str] = []  # one per retry, for the step it delayed
+        self.t0 = time.perf_counter()
+
+    async def failed(self, failure: Failure, cause: BaseException) -> None:
+        """Record a failed try; sleep until the next one, or raise ModelError when there is none."""
+        self.failures.append(failure)
+        if not failure.retry or len(self.failures) > self.max_retries:
+            raise ModelError(self.gave_up(failure, self.failures[:-1])) from cause
+        wait = failure.retry_after
+        if wait is not None and wait > self.max_retry_after:
+            raise ModelError(self.gave_up(Failure(failure.tag, (
+                f"{failure.text}; the server asks to wait {wait:.0f} s before trying again (Retry-After), "
+                f"longer than the {self.max_retry_after:g} s insandbox waits"), False), self.failures[:-1])) from cause
+        asked = wait is not None and wait > 0
+        if not asked:
+            first, longest = self.backoff
+            wait = min(first * 2 ** (len(self.failures) - 1), longest) * (1 - 0.25 * random.random())
+        self.notes.append(f"{short(failure.text)}; retry {len(self.failures)} of {self.max_retries} "
+                          f"in {wait:.2f} s" + (" (Retry-After)" if asked else ""))
+        await asyncio.sleep(wait)
+
+    def refuse(self, failure: Failure) -> str:
+        """The final error for a failure that is never retried (a 400), with the tries before it."""
+        return self.gave_up(failure, self.failures)
+
+    def gave_up(self, last: Failure, earlier: list[Failure]) -> str:
+        """The final error: the last failure, and what came before it."""
+        if not earlier:
+            return last.text if not last.retry else f"{last.text} (not retried: max retries {self.max_retries})"
+        tries = len(earlier) + 1
+        tally = ", ".join(f"{tag} x{n}" for tag, n in Counter(f.tag for f in [*earlier, last]).items())
+        why = f"no retries left (max retries {self.max_retries})" if last.retry else "this one is not retried"
+        return f"{last.text} ({tries} tries in {time.perf_counter() - self.t0:.1f} s: {tally}; {why})"
