@@ -341,8 +341,9 @@ class _Handler(JSONHandler):
         message: dict[str, Any] = {"role": "assistant", "content": content}
         if calls:
             message["tool_calls"] = calls
-        if turn.get("reasoning_content"):
-            message["reasoning_content"] = turn["reasoning_content"]
+        for key in ("reasoning_content", "reasoning"):  # SGLang and older vLLM; vLLM >= 0.10
+            if turn.get(key):
+                message[key] = turn[key]
         body: dict[str, Any] = {
             "id": "chatcmpl-" + uuid.uuid4().hex[:16], "object": "chat.completion", "created": int(t_recv),
             "model": req.get("model", "scripted"),
