@@ -125,7 +125,8 @@ def step_record(index: int, reply: ModelReply, result: Optional[StepResult]) -> 
     step = StepRecord(index=index, started_at=reply.started_at,
                       model_latency_s=reply.latency_s, prompt_tokens=u.prompt_tokens,
                       completion_tokens=u.completion_tokens, reasoning_tokens=u.reasoning_tokens,
-                      cached_tokens=u.cached_tokens, usage_reported=u.reported, finish_reason=reply.finish_reason,
+                      cached_tokens=u.cached_tokens, cache_write_tokens=u.cache_write_tokens,
+                      usage_reported=u.reported, finish_reason=reply.finish_reason,
                       content=reply.content, reasoning=reply.reasoning,
                       tool_calls_from_text=reply.tool_calls_from_text, notes=reply.notes + reply.tool_call_errors)
     if result is not None:

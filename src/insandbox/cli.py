@@ -85,6 +85,9 @@ ApiKey = Annotated[Optional[str], typer.Option(
 Gguf = Annotated[Optional[Path], typer.Option(
     help="Serve this local GGUF model (the default with no model configured: the embedded SmolLM2-135M).",
     rich_help_panel=M)]
+Prices = Annotated[Optional[Path], typer.Option(
+    help="YAML of prices per model laid over the packaged table [env INSANDBOX_PRICES; see the README, 'Cost'].",
+    rich_help_panel=M)]
 Temperature = Annotated[Optional[float], typer.Option(help="Sampling temperature (default: the server's).",
                                                       rich_help_panel=M)]
 MaxTokens = Annotated[Optional[int], typer.Option(help="Completion tokens per model call (default: the server's).",
@@ -141,7 +144,7 @@ CopyFilesLimit = Annotated[int, typer.Option(help="Copy-back: at most this many 
                                              rich_help_panel=S)]
 
 
-def _shared_settings(*, model, base_url, api_key, gguf, temperature, max_tokens, extra_body, max_retries,
+def _shared_settings(*, model, base_url, api_key, gguf, prices, temperature, max_tokens, extra_body, max_retries,
                      request_timeout, send_reasoning, tool_choice, max_steps, token_budget, time_limit, stuck_after,
                      prompt_config, image, timeout_per_command, output_limit, memory, cpus, pids_limit, network, disk,
                      runtime, cap_add, env, max_output_file_size, max_output_size, max_output_files) -> dict:
@@ -168,7 +171,7 @@ def _shared_settings(*, model, base_url, api_key, gguf, temperature, max_tokens,
         except ValueError as e:
             raise BadArgument(f"{flag}: {e}") from None
 
-    out = dict(model=model, base_url=base_url, api_key=api_key, gguf=gguf, temperature=temperature,
+    out = dict(model=model, base_url=base_url, api_key=api_key, gguf=gguf, prices=prices, temperature=temperature,
                max_tokens=max_tokens, extra_body=body, max_retries=max_retries, request_timeout=request_timeout,
                send_reasoning=send_reasoning, tool_choice=None if tool_choice == "omit" else tool_choice,
                token_budget=token_budget, time_limit=time_limit, stuck_after=stuck_after or None,
@@ -228,7 +231,7 @@ def run(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No step-by-step view.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print a JSON summary on stdout (the view goes to "
                                                           "stderr).")] = False,
-    model: Model = None, base_url: BaseUrl = None, api_key: ApiKey = None, gguf: Gguf = None,
+    model: Model = None, base_url: BaseUrl = None, api_key: ApiKey = None, gguf: Gguf = None, prices: Prices = None,
     temperature: Temperature = None, max_tokens: MaxTokens = None, extra_body: ExtraBody = None,
     max_retries: MaxRetries = 5, request_timeout: RequestTimeout = 600.0, send_reasoning: SendReasoning = False,
     tool_choice: ToolChoice = "auto", max_steps: MaxSteps = None, token_budget: TokenBudget = None,
@@ -268,7 +271,8 @@ def run(
         typer.echo(json.dumps({"run_dir": str(result.run_dir), "exit_reason": t.exit_reason,
                                "exit_detail": t.exit_detail, "answer": result.answer, "files": result.files,
                                "skipped": [s.model_dump() for s in t.output_skipped],
-                               "totals": t.totals.model_dump()}, ensure_ascii=False))
+                               "totals": t.totals.model_dump(),
+                               "price": t.price.model_dump() if t.price else None}, ensure_ascii=False))
     if result.exit_reason is None or result.exit_reason.is_failure:
         raise typer.Exit(1)
 
@@ -300,7 +304,7 @@ def bench(
                                                               "{answer}.")] = None,
     list_tasks: Annotated[bool, typer.Option("--list", help="List the built-in tasks and exit.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
-    model: Model = None, base_url: BaseUrl = None, api_key: ApiKey = None, gguf: Gguf = None,
+    model: Model = None, base_url: BaseUrl = None, api_key: ApiKey = None, gguf: Gguf = None, prices: Prices = None,
     temperature: Temperature = None, max_tokens: MaxTokens = None, extra_body: ExtraBody = None,
     max_retries: MaxRetries = 5, request_timeout: RequestTimeout = 600.0, send_reasoning: SendReasoning = False,
     tool_choice: ToolChoice = "auto", max_steps: MaxSteps = None, token_budget: TokenBudget = None,

@@ -48,6 +48,7 @@ class RunConfig(BaseModel):
     tool_choice: Optional[str] = "auto"  # sent whenever tools are offered; None: never sent
     gguf: Optional[Path] = None  # a local GGUF model, served by the embedded server
     n_ctx: Optional[int] = None  # the embedded server's context window (default: the model's, at most 16k)
+    prices: Optional[Path] = None  # a price file laid over the packaged table (pricing.py)
 
     # the task
     mode: Literal["sandbox", "llm"] = "sandbox"

@@ -25,6 +25,7 @@ from __future__ import annotations
 import datetime as _dt
 import fnmatch
 import ipaddress
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -224,6 +225,17 @@ def load_prices(extra: Optional[Path] = None) -> PriceTable:
             raise ConfigError(f"{label} {path}: no such file")
         table.add_file(Path(path), user=True)
     return table
+
+
+def usd(amount: Optional[float]) -> str:
+    """Dollars for people: three significant digits under $1 ($0.0303), cents above; None is unknown."""
+    if amount is None:
+        return "unknown"
+    if amount == 0:
+        return "$0"
+    if amount >= 1:
+        return f"${amount:,.2f}"
+    return f"${amount:.{min(-math.floor(math.log10(amount)) + 2, 8)}f}"
 
 
 def is_local(base_url: Optional[str]) -> bool:

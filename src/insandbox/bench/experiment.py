@@ -5,8 +5,8 @@ task (its prompts, scorer, data source, step limit), the effective repeats and m
 sampling (temperature, max_tokens, extra_body, send_reasoning), the sandbox (image, limits,
 network, environment), the token and time budgets and the judge. What only changes how a
 run was carried out does not: the endpoint address and key, concurrency, retries, time-outs
-of requests, folders, which rows were selected (--limit, --ids, --data: pooling rows split
-over several runs is what --pool is for) and timestamps.
+of requests, the price file, folders, which rows were selected (--limit, --ids, --data:
+pooling rows split over several runs is what --pool is for) and timestamps.
 
 `insandbox report` compares runs side by side, each labelled by its model and the settings
 that differ from the other runs of its task (and its folder name where two runs of one task
@@ -28,7 +28,7 @@ from .tasks import TaskSpec
 
 # settings recorded in bench.json that do not define the experiment
 _RUN_NOT_DEFINING = {"base_url", "api_key", "api_key_set", "max_retries", "request_timeout", "output_dir", "runs_root",
-                     "build_image", "mode", "model", "max_steps"}
+                     "build_image", "mode", "model", "max_steps", "prices"}
 _BENCH_NOT_DEFINING = {"task", "data", "limit", "ids", "concurrency", "retries", "retry_backoff_s", "output_dir",
                        "runs_root", "judge_base_url", "judge_api_key", "mode", "repeats", "run"}
 _TASK_NOT_DEFINING = {"description", "source", "repeats"}
