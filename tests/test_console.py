@@ -77,7 +77,7 @@ def test_the_cost_is_shown_per_step_and_at_the_end_and_an_unknown_price_is_said_
     view.on_end(RunResult(Path("/tmp/run"), traj))
     text = out.getvalue()
     assert "10,000→500 tok · $0.0300" in text  # 10,000 x 2.5 + 500 x 10 per million
-    assert re.search(r"cost +\$0\.0300 \(gpt-4o: \$2\.5 in, cached 1\.25, \$10 out per M tokens\)", text)
+    assert re.search(r"cost +\$0\.0300 \(gpt-4o: \$2\.5 in \(\$1\.25 cached\), \$10 out per M tokens\)", text)
 
     view, out = _view()
     traj = Trajectory(run_id="r")

@@ -106,7 +106,7 @@ class Price(BaseModel):
         if self.match == "local":
             return "served on this machine: 0"
         how = "" if self.match == "exact" else f" (by {self.match})"
-        cached = f", cached {self.cache_read:g}" if self.cache_read != self.input else ""
+        cached = f" (${self.cache_read:g} cached)" if self.cache_read != self.input else ""
         return f"{self.entry}{how}: ${self.input:g} in{cached}, ${self.output:g} out per M tokens"
 
 

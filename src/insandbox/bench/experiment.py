@@ -19,7 +19,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from ..config import RunConfig
 from .runner import BENCH_FILE, SUMMARY_FILE
@@ -61,6 +61,7 @@ class RunInfo:
     repeats: int
     settings: dict  # setting -> value, everything that defines the experiment (model and task included)
     records: list[dict] = field(default_factory=list)
+    price: Optional[dict] = None  # the price its samples were charged at (summary.json), where recorded
 
 
 def read_run(run_dir: Path) -> RunInfo:
@@ -72,10 +73,11 @@ def read_run(run_dir: Path) -> RunInfo:
     config = meta.get("config") or {}
     run = {**_defaults(RunConfig), **_plain(config.get("run") or {})}
     task = {**_defaults(TaskSpec), **_plain(meta.get("task") or {})}
-    model = None
+    model, price = None, None
     summary_path = run_dir / SUMMARY_FILE
     if summary_path.is_file():
-        model = json.loads(summary_path.read_text(encoding="utf-8")).get("model")
+        summary = json.loads(summary_path.read_text(encoding="utf-8"))
+        model, price = summary.get("model"), summary.get("price")
     model = model or run.get("model") or "embedded"
     task_name = task.get("name") or config.get("task") or "?"
     repeats = int(meta.get("repeats") or config.get("repeats") or task.get("repeats") or 1)
@@ -91,7 +93,7 @@ def read_run(run_dir: Path) -> RunInfo:
     settings.update({k: v for k, v in config.items() if k not in _BENCH_NOT_DEFINING})
     settings.update({f"task.{k}": v for k, v in task.items() if k not in _TASK_NOT_DEFINING and k != "name"})
     records = latest(ResultStore(run_dir).load())
-    return RunInfo(run_dir, model, task_name, repeats, settings, records)
+    return RunInfo(run_dir, model, task_name, repeats, settings, records, price)
 
 
 def differing(settings: list[dict]) -> list[str]:
