@@ -98,6 +98,7 @@ def test_glob_patterns_price_families_and_the_most_specific_wins(tmp_path):
 def test_a_model_served_on_this_machine_costs_nothing_unless_the_user_prices_it(tmp_path):
     price = load_prices().price_of("gpt-4o", local=True)  # e.g. a local server that calls itself gpt-4o
     assert price.match == "local" and price.cost(10_000, 1_000) == 0.0
+    assert price.describe() == "served on this machine: $0"
     proxy = load_prices(_file(tmp_path, "p.yaml", "prices:\n  gpt-4o: {input: 2.5, output: 10}\n"))
     assert proxy.price_of("gpt-4o", local=True).cost(1_000_000, 0) == 2.5  # e.g. a LiteLLM proxy on localhost
     for url in ("embedded", "http://localhost:8000/v1", "http://127.0.0.2:1/v1", "http://[::1]:8000/v1",

@@ -384,7 +384,7 @@ def report(
     pool: Annotated[bool, typer.Option("--pool", help="Pool the runs of the same task and model into one (refused "
                                                       "when their settings differ).")] = False,
 ) -> None:
-    """Accuracy with confidence intervals, sandbox vs plain, capability usage, tokens and time."""
+    """Accuracy with confidence intervals, sandbox vs plain, capability usage, tokens, cost and time."""
     from .bench.report import rich_tables, write_report
     from .console import make_console
 

@@ -104,7 +104,7 @@ class Price(BaseModel):
         if not self.known:
             return f"no price for {self.model!r}"
         if self.match == "local":
-            return "served on this machine: 0"
+            return "served on this machine: $0"
         how = "" if self.match == "exact" else f" (by {self.match})"
         cached = f" (${self.cache_read:g} cached)" if self.cache_read != self.input else ""
         return f"{self.entry}{how}: ${self.input:g} in{cached}, ${self.output:g} out per M tokens"
