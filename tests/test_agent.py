@@ -1,7 +1,11 @@
 """The whole loop: scripted model over HTTP, real container, run folder on disk."""
 from __future__ import annotations
 
-from insandbox import Trajectory, arun
+import pytest
+
+from insandbox import ConfigError, RunConfig, Trajectory, arun
+from insandbox.pricing import load_prices
+from insandbox.runner import price_of
 from tests.helpers import containers_with_label, owner_of
 
 
@@ -43,7 +47,8 @@ def test_full_run(scripted, run_async, tmp_path, docker_image):
     assert _no_containers_left(t)
 
     saved = Trajectory.load(out / "trajectory.json")
-    assert saved.schema_version == 2 and saved.exit_reason == "submitted" and len(saved.steps) == 7
+    assert saved.schema_version == 3 and saved.exit_reason == "submitted" and len(saved.steps) == 7
+    assert saved.price.match == "local" and saved.totals.cost_usd == 0.0  # a server on this machine
     s1, s2, s3, s4, s5 = saved.steps[:5]
     assert s1.tool_calls[0].output.startswith("3\n4\n") and s1.tool_calls[0].exit_code == 0
     assert s1.content == "First, the input." and s1.prompt_tokens > 0 and s1.completion_tokens > 0
@@ -126,6 +131,46 @@ def test_llm_mode_is_one_plain_completion(scripted, run_async, tmp_path):
     assert req["tools"] is None and len(srv.requests) == 1
     assert 'What is 6*7?\n\n<document name="notes.txt">\na hint\n</document>' in req["messages"][-1]["content"]
     assert (tmp_path / "answer.txt").read_text() == "The answer is 42."
+
+
+@pytest.fixture
+def no_user_prices(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.delenv("INSANDBOX_PRICES", raising=False)
+
+
+def test_a_run_records_what_its_model_calls_cost(scripted, run_async, tmp_path, no_user_prices):
+    prices = tmp_path / "prices.yaml"
+    prices.write_text("prices:\n  scripted-model: {input: 2, cache_read: 0.5, output: 10}\n")
+    srv = scripted({"turns": [{"content": "42", "usage": {"prompt_tokens": 1000, "completion_tokens": 50,
+                                                          "prompt_tokens_details": {"cached_tokens": 400}}}]})
+    result = run_async(arun("q", model="scripted-model-v2", base_url=srv.url, mode="llm", prices=prices,
+                            output_dir=tmp_path / "run"))
+    saved = Trajectory.load(tmp_path / "run" / "trajectory.json")
+    cost = (600 * 2 + 400 * 0.5 + 50 * 10) / 1e6
+    assert saved.steps[0].cached_tokens == 400 and saved.steps[0].cost_usd == pytest.approx(cost)
+    assert saved.totals.cost_usd == pytest.approx(cost) == result.trajectory.totals.cost_usd
+    assert (saved.price.entry, saved.price.match, saved.price.source) == ("scripted-model", "prefix", str(prices))
+    # the same server and no price of the user's: a model served on this machine costs nothing
+    free = run_async(arun("q", model="gpt-4o", base_url=srv.url, mode="llm", output_dir=tmp_path / "free"))
+    assert free.trajectory.price.match == "local" and free.trajectory.totals.cost_usd == 0.0
+
+
+def test_a_model_elsewhere_without_a_price_costs_unknown(no_user_prices):
+    table, remote = load_prices(), RunConfig(model="m", base_url="https://api.example.com/v1")
+    assert price_of(table, remote, "m").match == "unknown" and price_of(table, remote, "m").cost(1, 1) is None
+    assert price_of(table, remote, "gpt-4o").input == 2.5
+    assert price_of(table, RunConfig(), "SmolLM2-135M-Instruct").match == "local"  # the embedded model
+    assert price_of(table, RunConfig(base_url="http://localhost:8000/v1"), "gpt-4o").match == "local"
+
+
+def test_a_bad_price_file_stops_the_run_before_anything_is_created(scripted, run_async, tmp_path, no_user_prices):
+    srv = scripted({"turns": [{"content": "42"}]})
+    bad = tmp_path / "prices.yaml"
+    bad.write_text("prices:\n  m: {input: 1}\n")
+    with pytest.raises(ConfigError, match="prices.m.output: Field required"):
+        run_async(arun("q", model="m", base_url=srv.url, mode="llm", prices=bad, output_dir=tmp_path / "run"))
+    assert not (tmp_path / "run").exists() and srv.requests == []
 
 
 def test_container_dying_mid_run_loses_nothing(scripted, run_async, tmp_path, docker_image):

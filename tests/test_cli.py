@@ -211,3 +211,24 @@ def test_host_network_is_warned_about_every_time(tmp_path):
         assert "model server included" in r.stderr
     r = cli("run", "x", "--network", "none", "--extra-body", "[1]", "--output-dir", str(tmp_path / "o"))
     assert r.returncode == 2 and "warning" not in r.stderr
+
+
+def test_run_prints_its_cost_and_a_bad_price_file_is_one_line(scripted, tmp_path):
+    env = {"XDG_CONFIG_HOME": str(tmp_path / "config"), "INSANDBOX_PRICES": ""}
+    prices = tmp_path / "prices.yaml"
+    prices.write_text("prices:\n  priced-model: {input: 1, output: 2}\n")
+    srv = scripted({"turns": [{"content": "42", "usage": {"prompt_tokens": 1000, "completion_tokens": 500}}]})
+    base = ["--mode", "llm", "--model", "priced-model", "--base-url", srv.url]
+    r = cli("run", "q", *base, "--prices", str(prices), "--output-dir", str(tmp_path / "run"), "--json", env=env)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["totals"]["cost_usd"] == 0.002 and out["price"]["entry"] == "priced-model"  # 1000 x 1 + 500 x 2
+    assert "$0.00200 (priced-model: $1 in, $2 out per M tokens)" in r.stderr
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("prices:\n  priced-model: {input: 1, output: 2, cached: 0.5}\n")
+    for command in ("run", "bench"):
+        line = _one_clear_line(cli(command, "q" if command == "run" else "chem", *base, "--prices", str(bad),
+                                   "--output-dir", str(tmp_path / f"bad-{command}"), env=env))
+        assert line == f"insandbox: {bad}: prices.priced-model.cached: unknown key (known: input, output, " \
+                       "cache_read, cache_write, note)"
+        assert not (tmp_path / f"bad-{command}").exists()

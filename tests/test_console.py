@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import io
+import re
 from pathlib import Path
 
 from rich.console import Console
@@ -61,3 +62,36 @@ def test_escape_controls_keeps_text_and_names_bytes():
     assert escape_controls("plain ✓ text\n\tok") == "plain ✓ text\n\tok"
     assert escape_controls("a\x00b\x7fc\x9bd") == "a\\x00b\\x7fc\\x9bd"
     assert escape_controls("name\udcff.txt") == "name\\xff.txt"  # a byte that is not UTF-8, shown as such
+
+
+def test_the_cost_is_shown_per_step_and_at_the_end_and_an_unknown_price_is_said_to_be_unknown():
+    from insandbox.pricing import Price
+
+    view, out = _view()
+    traj = Trajectory(run_id="r")
+    traj.set_price(Price(model="gpt-4o", match="exact", entry="gpt-4o", input=2.5, output=10.0, cache_read=1.25,
+                         cache_write=2.5))
+    step = StepRecord(index=1, started_at=0, prompt_tokens=10_000, completion_tokens=500)
+    traj.add_step(step)
+    view.on_step(step, traj)
+    view.on_end(RunResult(Path("/tmp/run"), traj))
+    text = out.getvalue()
+    assert "10,000→500 tok · $0.0300" in text  # 10,000 x 2.5 + 500 x 10 per million
+    assert re.search(r"cost +\$0\.0300 \(gpt-4o: \$2\.5 in \(\$1\.25 cached\), \$10 out per M tokens\)", text)
+
+    view, out = _view()
+    traj = Trajectory(run_id="r")
+    traj.set_price(Price(model="my-model", match="unknown"))
+    traj.add_step(step := StepRecord(index=1, started_at=0, prompt_tokens=10_000, completion_tokens=500))
+    view.on_step(step, traj)
+    view.on_end(RunResult(Path("/tmp/run"), traj))
+    text = out.getvalue()
+    assert re.search(r"cost +unknown \(no price for 'my-model': add it to a price file, --prices FILE\)", text)
+    assert "$" not in text
+
+
+def test_dollars_read_well_at_every_size():
+    from insandbox.pricing import usd
+
+    assert [usd(x) for x in (None, 0, 0.0303, 0.000123456, 0.5, 1.5, 1234.567)] == [
+        "unknown", "$0", "$0.0303", "$0.000123", "$0.500", "$1.50", "$1,234.57"]

@@ -107,6 +107,9 @@ PromptCaching = Annotated[bool, typer.Option(help="Anthropic: mark the stable pr
 Gguf = Annotated[Optional[Path], typer.Option(
     help="Serve this local GGUF model (the default with no model configured: the embedded SmolLM2-135M).",
     rich_help_panel=M)]
+Prices = Annotated[Optional[Path], typer.Option(
+    help="YAML of prices per model laid over the packaged table [env INSANDBOX_PRICES; see the README, 'Cost'].",
+    rich_help_panel=M)]
 Temperature = Annotated[Optional[float], typer.Option(help="Sampling temperature (default: the server's).",
                                                       rich_help_panel=M)]
 MaxTokens = Annotated[Optional[int], typer.Option(help="Completion tokens per model call (default: the server's).",
@@ -165,7 +168,7 @@ CopyFilesLimit = Annotated[int, typer.Option(help="Copy-back: at most this many 
 
 def _shared_settings(*, provider, tool_format, stream, stall_timeout, logprobs, top_logprobs, thinking_budget,
                      prompt_caching,
-                     model, base_url, api_key, gguf, temperature, max_tokens, extra_body, max_retries,
+                     model, base_url, api_key, gguf, prices, temperature, max_tokens, extra_body, max_retries,
                      request_timeout, send_reasoning, tool_choice, max_steps, token_budget, time_limit, stuck_after,
                      prompt_config, image, timeout_per_command, output_limit, memory, cpus, pids_limit, network, disk,
                      runtime, cap_add, env, max_output_file_size, max_output_size, max_output_files) -> dict:
@@ -199,7 +202,8 @@ def _shared_settings(*, provider, tool_format, stream, stall_timeout, logprobs, 
     out = dict(provider=provider, tool_format=tool_format, stream=stream, stall_timeout=stall_timeout,
                logprobs=logprobs,
                top_logprobs=top_logprobs, thinking_budget=thinking_budget, prompt_caching=prompt_caching,
-               model=model, base_url=base_url, api_key=api_key, gguf=gguf, temperature=temperature,
+               model=model, base_url=base_url, api_key=api_key, gguf=gguf, prices=prices,
+               temperature=temperature,
                max_tokens=max_tokens, extra_body=body, max_retries=max_retries, request_timeout=request_timeout,
                send_reasoning=send_reasoning, tool_choice=None if tool_choice == "omit" else tool_choice,
                token_budget=token_budget, time_limit=time_limit, stuck_after=stuck_after or None,
@@ -259,7 +263,7 @@ def run(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No step-by-step view.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print a JSON summary on stdout (the view goes to "
                                                           "stderr).")] = False,
-    model: Model = None, base_url: BaseUrl = None, api_key: ApiKey = None, gguf: Gguf = None,
+    model: Model = None, base_url: BaseUrl = None, api_key: ApiKey = None, gguf: Gguf = None, prices: Prices = None,
     provider: Provider = None, tool_format: ToolFormat = "native", stream: Stream = False,
     stall_timeout: StallTimeout = 120.0,
     logprobs: Logprobs = False, top_logprobs: TopLogprobs = 0, thinking_budget: ThinkingBudget = None,
@@ -303,7 +307,8 @@ def run(
         typer.echo(json.dumps({"run_dir": str(result.run_dir), "exit_reason": t.exit_reason,
                                "exit_detail": t.exit_detail, "answer": result.answer, "files": result.files,
                                "skipped": [s.model_dump() for s in t.output_skipped],
-                               "totals": t.totals.model_dump()}, ensure_ascii=False))
+                               "totals": t.totals.model_dump(),
+                               "price": t.price.model_dump() if t.price else None}, ensure_ascii=False))
     if result.exit_reason is None or result.exit_reason.is_failure:
         raise typer.Exit(1)
 
@@ -335,7 +340,7 @@ def bench(
                                                               "{answer}.")] = None,
     list_tasks: Annotated[bool, typer.Option("--list", help="List the built-in tasks and exit.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
-    model: Model = None, base_url: BaseUrl = None, api_key: ApiKey = None, gguf: Gguf = None,
+    model: Model = None, base_url: BaseUrl = None, api_key: ApiKey = None, gguf: Gguf = None, prices: Prices = None,
     provider: Provider = None, tool_format: ToolFormat = "native", stream: Stream = False,
     stall_timeout: StallTimeout = 120.0,
     logprobs: Logprobs = False, top_logprobs: TopLogprobs = 0, thinking_budget: ThinkingBudget = None,
@@ -419,7 +424,7 @@ def report(
     pool: Annotated[bool, typer.Option("--pool", help="Pool the runs of the same task and model into one (refused "
                                                       "when their settings differ).")] = False,
 ) -> None:
-    """Accuracy with confidence intervals, sandbox vs plain, capability usage, tokens and time."""
+    """Accuracy with confidence intervals, sandbox vs plain, capability usage, tokens, cost and time."""
     from .bench.report import rich_tables, write_report
     from .console import make_console
 

@@ -56,6 +56,7 @@ class RunConfig(BaseModel):
     prompt_caching: bool = True  # Anthropic: cache_control on the stable prefix and the conversation's end
     gguf: Optional[Path] = None  # a local GGUF model, served by the embedded server
     n_ctx: Optional[int] = None  # the embedded server's context window (default: the model's, at most 16k)
+    prices: Optional[Path] = None  # a price file laid over the packaged table (pricing.py)
 
     # the task
     mode: Literal["sandbox", "llm"] = "sandbox"

@@ -17,6 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from .episode import ExitReason
+from .pricing import usd
 from .runner import RunResult
 from .trajectory import StepRecord, ToolCallRecord, Trajectory
 
@@ -71,6 +72,15 @@ def describe_call(call: ToolCallRecord) -> str:
     if call.name == "submit":
         return "✔ submit"
     return f"{call.name} {call.arguments[:120]}"
+
+
+def cost_line(t: Trajectory) -> str:
+    """The run's cost and the price it came from; an unknown price is said to be unknown, never $0."""
+    price = t.price
+    if not price.known:
+        return (f"[yellow]unknown[/yellow] [dim]({shown(price.describe())}: add it to a price file, "
+                "--prices FILE)[/dim]")
+    return f"{usd(t.totals.cost_usd)} [dim]({shown(price.describe())})[/dim]"
 
 
 class RichView:
@@ -133,6 +143,8 @@ class RichView:
             return
         total = f"/{self.max_steps}" if self.max_steps else ""
         tokens = f"{step.prompt_tokens:,}→{step.completion_tokens:,} tok"
+        if step.cost_usd:
+            tokens += f" · {usd(step.cost_usd)}"
         streamed, self._streaming = self._streaming is not None, None
         self._streamed_steps = step.index
         if streamed:
@@ -180,6 +192,8 @@ class RichView:
         failed = f", {tot.failed_requests} failed model request(s)" if tot.failed_requests else ""
         table.add_row("steps", f"{tot.steps} ({tot.tool_calls} tool calls{failed})")
         table.add_row("tokens", f"{tot.prompt_tokens:,} prompt · {tot.completion_tokens:,} completion")
+        if t.price is not None:
+            table.add_row("cost", cost_line(t))
         table.add_row("time", f"{tot.wall_time_s:.1f}s wall · {tot.model_time_s:.1f}s model · "
                               f"{tot.tool_time_s:.1f}s tools")
         table.add_row("trajectory", shown(result.run_dir / "trajectory.json"))

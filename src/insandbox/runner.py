@@ -22,6 +22,7 @@ from .env import SandboxEnv, Task
 from .episode import ExitReason
 from .models.base import ModelClient
 from .models.openai_compat import OpenAIChatClient
+from .pricing import Price, PriceTable, is_local, load_prices
 from .prompts import PromptConfig, load_prompt_config
 from .sandbox import OperationError, SandboxError, SandboxSpec, SetupError, backend_class
 from .trajectory import SkippedOutput, StepRecord, Trajectory
@@ -112,6 +113,11 @@ async def resolve_model(cfg: RunConfig) -> str:
     return names[0]
 
 
+def price_of(table: PriceTable, cfg: RunConfig, model: str) -> Price:
+    """What `model`'s calls cost: served on this machine they cost nothing unless the user's files say so."""
+    return table.price_of(model, local=cfg.embedded or is_local(cfg.base_url))
+
+
 def _client_kwargs(cfg: RunConfig) -> dict:
     return dict(temperature=cfg.temperature, max_tokens=cfg.max_tokens, extra_body=cfg.extra_body,
                 timeout=cfg.request_timeout, max_retries=cfg.max_retries, send_reasoning=cfg.send_reasoning,
@@ -165,15 +171,17 @@ async def prepare_sandbox(cfg: RunConfig, observer: Optional[RunObserver] = None
 
 async def arun(query: str, config: Optional[RunConfig] = None, *, observer: Optional[RunObserver] = None,
                model_client: Optional[ModelClient] = None, task_id: str = "", input_files: Optional[dict] = None,
-               prompts: Optional[PromptConfig] = None, prepared: bool = False, **overrides: Any) -> RunResult:
+               prompts: Optional[PromptConfig] = None, prepared: bool = False, price: Optional[Price] = None,
+               **overrides: Any) -> RunResult:
     """Run one task. Keyword overrides are RunConfig fields (model=..., max_steps=...).
-    `model_client` (kept open), `prompts` (instead of a prompt-config file) and `prepared` (the
-    sandbox backend was already prepared) let a caller such as the benchmark runner share one
-    client and its own prompts across many runs."""
+    `model_client` (kept open), `prompts` (instead of a prompt-config file), `prepared` (the
+    sandbox backend was already prepared) and `price` (of the client's model) let a caller such
+    as the benchmark runner share one client, its own prompts and one price across many runs."""
     cfg = settings(config, overrides)
     observer = observer or _Quiet()
     prompt_source = str(cfg.prompt_config or ("given by the caller" if prompts else "default"))
     prompts = prompts or prompts_of(cfg)
+    table = None if price else load_prices(cfg.prices)  # before anything is created: a bad price file stops here
     task = Task(prompt=query, id=task_id, input_dir=cfg.input_dir, input_files=dict(input_files or {}))
     if cfg.mode == "sandbox" and not prepared:
         await prepare_sandbox(cfg, observer)
@@ -189,6 +197,7 @@ async def arun(query: str, config: Optional[RunConfig] = None, *, observer: Opti
     traj = Trajectory(run_id=run_id, mode=cfg.mode, config={**cfg.public(), **model_info},
                       task={"id": task_id, "prompt": query, "input_dir": str(cfg.input_dir) if cfg.input_dir else None,
                             "input_files": sorted(task.input_files), "prompt_config": prompt_source})
+    traj.set_price(price or price_of(table, cfg, client.name))
     result = RunResult(run_dir, traj)
     save = lambda: traj.save(run_dir / "trajectory.json")  # noqa: E731
     observer.on_start(traj, run_dir)

@@ -7,9 +7,14 @@ its observation, exit code and duration. A model request that failed for good is
 not copied back are in `output_skipped`, with the reason. Readers should check
 `schema_version`.
 
+Cost: `price` is the price the model's calls were charged at (pricing.py: which entry of the
+price table, or "local", or "unknown"); each step's `cost_usd` follows from its tokens, and
+`totals.cost_usd` is their sum. Both are None where the price is unknown, never 0.
+
 Schema versions: 1 first release; 2 adds failed_requests, output_skipped,
 steps[].nudge_reason, totals.failed_requests, and the exit reasons `stuck` and
-`internal_error`. Version 1 files load as they are.
+`internal_error`; 3 adds price, steps[].cache_write_tokens, steps[].cost_usd and
+totals.cost_usd. Older files load as they are.
 """
 from __future__ import annotations
 
@@ -23,8 +28,9 @@ from pydantic import BaseModel, Field
 from pydantic_core import PydanticSerializationError
 
 from .episode import ExitReason
+from .pricing import Price
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 def now_iso() -> str:
@@ -53,6 +59,7 @@ class StepRecord(BaseModel):
     reasoning_tokens: Optional[int] = None
     cached_tokens: Optional[int] = None  # of prompt_tokens, read from the server's prompt cache
     cache_write_tokens: Optional[int] = None  # of prompt_tokens, written to it (Anthropic)
+    cost_usd: Optional[float] = None  # None: the price is unknown
     usage_reported: bool = True
     finish_reason: Optional[str] = None
     time_to_first_token_s: Optional[float] = None  # streamed replies: request sent -> first token
@@ -95,6 +102,7 @@ class Totals(BaseModel):
     tool_time_s: float = 0.0
     wall_time_s: float = 0.0
     observation_chars: int = 0
+    cost_usd: Optional[float] = None  # None: the price is unknown (failed requests cost nothing)
 
 
 class Trajectory(BaseModel):
@@ -116,11 +124,21 @@ class Trajectory(BaseModel):
     answer: Optional[str] = None
     output_files: list[str] = Field(default_factory=list)
     output_skipped: list[SkippedOutput] = Field(default_factory=list)
+    price: Optional[Price] = None  # what the model's calls cost; None: not priced (e.g. RL rollouts)
     totals: Totals = Field(default_factory=Totals)
+
+    def set_price(self, price: Price) -> None:
+        """Price the steps from now on (the run's total starts at 0 where the price is known)."""
+        self.price = price
+        self.totals.cost_usd = 0.0 if price.known else None
 
     def add_step(self, step: StepRecord) -> None:
         self.steps.append(step)
         t = self.totals
+        if self.price is not None and self.price.known:
+            step.cost_usd = self.price.cost(step.prompt_tokens, step.completion_tokens, step.cached_tokens,
+                                            step.cache_write_tokens)
+            t.cost_usd = round((t.cost_usd or 0.0) + step.cost_usd, 10)
         t.steps += 1
         t.tool_calls += len(step.tool_calls)
         t.prompt_tokens += step.prompt_tokens

@@ -13,3 +13,17 @@ def test_token_accounting_from_a_trajectory():
     assert t == {"initial_prompt_tokens": 100, "completion_tokens": 35, "env_tokens": 70, "trajectory_tokens": 205,
                  "billed_tokens": 485, "tokens_estimated": False}
 
+
+
+def test_cost_of_samples_in_all_per_sample_and_per_correct_answer():
+    from insandbox.analysis.accounting import cost_summary
+
+    records = [{"score": 1.0, "cost_usd": 0.5, "error": None},
+               {"score": 0.0, "cost_usd": 0.25, "retry_cost_usd": 0.5, "error": None},
+               {"score": None, "cost_usd": 0.75, "error": "sandbox_error: gone"},  # paid for, counts in all
+               {"score": 1.0, "cost_usd": None, "error": None}]  # written without a price: apart, not as 0
+    assert cost_summary(records) == {"cost_usd": 2.0, "cost_per_sample_usd": 0.375,
+                                     "cost_per_correct_usd": 2.0, "cost_unknown": 1}
+    assert cost_summary([{"score": 1.0}]) == {"cost_usd": None, "cost_per_sample_usd": None,
+                                              "cost_per_correct_usd": None, "cost_unknown": 1}
+    assert cost_summary([{"score": 0.0, "cost_usd": 0.1}])["cost_per_correct_usd"] is None  # nothing right

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -171,3 +172,44 @@ def test_pooled_repeats_are_numbered_per_item_and_mode():
     assert [r["repeat"] for r in sandbox_only.records] == [2, 0]  # q1 follows the first run's two repeats
     assert [r["repeat"] for r in llm_only.records] == [0]  # q2 plain pairs with q2 sandbox of the run before
     assert [r["run_repeat"] for r in sandbox_only.records] == [0, 0]
+
+
+def _priced_copy(tmp_path: Path, name: str, costs: dict, price: dict) -> Path:
+    """tests/data/report_run with each sample's cost (by mode) and the run's price."""
+    run = tmp_path / name
+    shutil.copytree(REPORT_RUN, run)
+    records = [json.loads(x) for x in (run / "results.jsonl").read_text().splitlines()]
+    for r in records:
+        r["cost_usd"] = costs[r["mode"]]
+    if costs["sandbox"] is not None:
+        records[-1]["retry_cost_usd"] = 0.01  # q5, the sandbox error, paid for a failed attempt before it
+    (run / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (run / "summary.json").write_text(json.dumps({"model": "fixture-model", "price": price}))
+    return run
+
+
+def test_the_cost_per_run_and_mode_in_all_per_sample_and_per_correct_answer(tmp_path):
+    from insandbox.bench.report import rich_tables
+    from insandbox.pricing import Price
+
+    price = Price(model="fixture-model", match="exact", entry="fixture-model", input=1.0, output=2.0, cache_read=1.0,
+                  cache_write=1.0).model_dump()
+    run = _priced_copy(tmp_path, "priced", {"sandbox": 0.02, "llm": 0.005}, price)
+    out, data = write_report([run], tmp_path / "report", plots=False)
+    cost = {c["mode"]: c for c in data["cost"]}
+    # sandbox: 5 samples at 0.02 and a failed attempt at 0.01; 4 without an error; 3 right
+    assert cost["sandbox"]["cost_usd"] == pytest.approx(0.11) and cost["sandbox"]["cost_per_sample_usd"] == 0.02
+    assert cost["sandbox"]["cost_per_correct_usd"] == pytest.approx(0.11 / 3)
+    assert cost["llm"]["cost_usd"] == pytest.approx(0.02) and cost["llm"]["cost_per_correct_usd"] == 0.02  # 1 right
+    md = (out / "report.md").read_text()
+    assert "| fixture-model | chem | sandbox | 5 | $0.110 | $0.0200 | $0.0367 | fixture-model: $1 in, $2 out per M " \
+           "tokens |" in md
+    assert "| fixture-model | chem | llm | 4 | $0.0200 | $0.00500 | $0.0200 |" in md
+    assert any(t.title == "cost (USD)" for t in rich_tables(data))
+
+    unknown = _priced_copy(tmp_path, "unknown", {"sandbox": None, "llm": None},
+                           Price(model="fixture-model", match="unknown").model_dump())
+    md = (write_report([unknown], tmp_path / "r2", plots=False)[0] / "report.md").read_text()
+    assert "| fixture-model | chem | sandbox | 5 | unknown | unknown | unknown | no price for 'fixture-model' |" in md
+    # runs of versions that recorded no cost: no cost section at all, rather than a table of unknowns
+    assert "## Cost" not in (write_report([REPORT_RUN], tmp_path / "r3", plots=False)[0] / "report.md").read_text()

@@ -250,3 +250,85 @@ def test_bench_passes_the_run_options_to_every_sample(scripted, tmp_path, docker
     assert first["params"]["tool_choice"] == "required"
     observed = srv.requests[1]["messages"][3]["content"]
     assert "characters cut from the middle" in observed and len(observed) < 1000
+
+
+def _choice_rows(path: Path) -> Path:
+    path.write_text("".join(json.dumps({"id": f"r{i}", "problem_statement": f"q{i} Which one?\nA. x\nB. y",
+                                        "ground_truth": gt}) + "\n" for i, gt in ((1, "A"), (2, "B"))))
+    return path
+
+
+class _Statuses:
+    def __init__(self):
+        self.said = []
+
+    def __getattr__(self, name):
+        return lambda *a, **k: None
+
+    def on_status(self, text):
+        self.said.append(text)
+
+
+def test_bench_records_the_cost_of_each_sample_of_each_mode_and_in_all(scripted, run_async, tmp_path,
+                                                                           monkeypatch):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.delenv("INSANDBOX_PRICES", raising=False)
+    prices = tmp_path / "prices.yaml"
+    prices.write_text("prices:\n  bench-model: {input: 1, cache_read: 0.25, output: 4}\n")
+    srv = scripted({"scripts": [
+        {"match": "q1", "llm_turns": [{"content": "Answer: A", "usage": {
+            "prompt_tokens": 2000, "completion_tokens": 100, "prompt_tokens_details": {"cached_tokens": 1000}}}]},
+        {"match": "q2", "llm_turns": [{"content": "Answer: A", "usage": {"prompt_tokens": 1000,
+                                                                        "completion_tokens": 500}}]}]})
+    cfg = BenchConfig(task="chem", data=_choice_rows(tmp_path / "rows.jsonl"), mode="llm",
+                      output_dir=tmp_path / "run", run=RunConfig(model="bench-model", base_url=srv.url, prices=prices))
+    result = run_async(run_bench(cfg))
+    r1, r2 = (1000 * 1 + 1000 * 0.25 + 100 * 4) / 1e6, (1000 * 1 + 500 * 4) / 1e6  # r1 right, r2 wrong
+    assert {r["id"]: r["cost_usd"] for r in result.records} == {"r1": pytest.approx(r1), "r2": pytest.approx(r2)}
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    llm = summary["tasks"]["chem"]["llm"]
+    assert llm["cost_usd"] == pytest.approx(r1 + r2) and llm["cost_per_sample_usd"] == pytest.approx((r1 + r2) / 2)
+    assert llm["cost_per_correct_usd"] == pytest.approx(r1 + r2) and llm["cost_unknown"] == 0
+    assert summary["cost_usd"] == pytest.approx(r1 + r2) and summary["price"]["entry"] == "bench-model"
+
+
+def test_bench_with_no_price_for_its_model_says_so_once_and_records_unknown_costs(scripted, run_async, tmp_path,
+                                                                                   monkeypatch):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setattr("insandbox.runner.is_local", lambda url: False)  # as if the server were elsewhere
+    srv = scripted({"turns": [{"content": "Answer: A"}]})
+    cfg = BenchConfig(task="chem", data=_choice_rows(tmp_path / "rows.jsonl"), mode="llm",
+                      output_dir=tmp_path / "run", run=RunConfig(model="nobody-prices-me", base_url=srv.url))
+    progress = _Statuses()
+    result = run_async(run_bench(cfg, progress))
+    assert [s for s in progress.said if "price" in s] == [
+        "no price for 'nobody-prices-me': sample costs are recorded as unknown (add it to a price file: --prices "
+        "FILE)"]
+    assert [r["cost_usd"] for r in result.records] == [None, None]  # unknown, not $0
+    llm = result.summary["tasks"]["chem"]["llm"]
+    assert (llm["cost_usd"], llm["cost_unknown"], result.summary["cost_usd"]) == (None, 2, None)
+    assert result.summary["price"]["match"] == "unknown"
+
+
+def test_what_failed_attempts_cost_is_kept_with_the_sample(scripted, run_async, tmp_path, monkeypatch,
+                                                           docker_image):
+    """The first attempt pays for a step, then its model server fails; the retry succeeds."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    prices = tmp_path / "prices.yaml"
+    prices.write_text("prices:\n  bench-model: {input: 1, output: 4}\n")
+    srv = scripted({"turns": [
+        {"tool": "execute_bash", "args": {"command": "echo A > /testbed/answer.txt"},
+         "usage": {"prompt_tokens": 1000, "completion_tokens": 100}},
+        {"tool": "submit", "fail": {"status": 500, "times": 1}, "usage": {"prompt_tokens": 2000,
+                                                                          "completion_tokens": 50}}]})
+    data = tmp_path / "rows.jsonl"
+    data.write_text(json.dumps({"id": "r1", "problem_statement": "Which?\nA. x\nB. y", "ground_truth": "A"}) + "\n")
+    cfg = BenchConfig(task="chem", data=data, retries=1, retry_backoff_s=0.05, output_dir=tmp_path / "run",
+                      run=RunConfig(model="bench-model", base_url=srv.url, prices=prices, max_retries=0,
+                                    image=docker_image))
+    (record,) = run_async(run_bench(cfg)).records
+    first, second = 1400 / 1e6, (1400 + 2200) / 1e6
+    assert record["attempts"] == 2 and record["score"] == 1.0
+    assert record["cost_usd"] == pytest.approx(second) and record["retry_cost_usd"] == pytest.approx(first)
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["cost_usd"] == pytest.approx(first + second)

@@ -23,6 +23,19 @@ def test_a_sample_run_again_replaces_its_errored_record(tmp_path):
     assert not (tmp_path / "results.jsonl.part").exists()
 
 
+def test_what_a_replaced_record_cost_stays_in_the_new_ones_retry_cost(tmp_path):
+    store = ResultStore(tmp_path)
+    store.append({"id": "a", "mode": "sandbox", "repeat": 0, "attempts": 2, "error": "sandbox_error: gone",
+                  "cost_usd": 0.25, "retry_cost_usd": 0.5})
+    ResultStore(tmp_path).append({"id": "a", "mode": "sandbox", "repeat": 0, "attempts": 2, "error": None,
+                                  "cost_usd": 1.0, "retry_cost_usd": 0.125})
+    (record,) = store.load()
+    assert record["cost_usd"] == 1.0 and record["retry_cost_usd"] == 0.875  # 0.125 + 0.25 + 0.5
+    store.append({"id": "b", "mode": "llm", "repeat": 0, "error": "model_error", "cost_usd": None})
+    store.append({"id": "b", "mode": "llm", "repeat": 0, "error": None, "cost_usd": None})  # unknown price
+    assert "retry_cost_usd" not in store.load()[-1]
+
+
 def test_compact_keeps_the_last_record_of_each_sample(tmp_path):
     import json
 

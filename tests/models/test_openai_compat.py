@@ -34,6 +34,23 @@ def test_structured_tool_calls_usage_and_reasoning(scripted, run_async):
     assert sent["tools"] == TOOLS
 
 
+def test_prompt_cache_counts_are_read_in_each_vendors_fields(scripted, run_async):
+    """What the price of a call depends on: OpenAI's cached_tokens (and OpenRouter's cache_write_tokens),
+    DeepSeek's prompt_cache_hit_tokens, Moonshot's top-level cached_tokens."""
+    srv = scripted({"turns": [
+        {"content": "a", "usage": {"prompt_tokens": 900, "prompt_tokens_details": {"cached_tokens": 600,
+                                                                                  "cache_write_tokens": 200}}},
+        {"content": "b", "usage": {"prompt_tokens": 900, "prompt_cache_hit_tokens": 500,
+                                   "prompt_cache_miss_tokens": 400}},
+        {"content": "c", "usage": {"prompt_tokens": 900, "cached_tokens": 300}},
+        {"content": "d", "usage": {"prompt_tokens": 900}}]})
+    client = OpenAIChatClient("m", base_url=srv.url)
+    # the server plays the turn of the number of assistant messages in the conversation
+    got = [run_async(client.complete(MSGS + [{"role": "assistant", "content": "."}] * i)).usage for i in range(4)]
+    assert [(u.cached_tokens, u.cache_write_tokens) for u in got] == [(600, 200), (500, None), (300, None),
+                                                                       (None, None)]
+
+
 def test_text_tool_calls_fallback_and_missing_usage(scripted, run_async):
     srv = scripted({"usage": False, "turns": [{"tool": "execute_bash", "args": {"command": "pwd"}, "as_text": True,
                                                "content": "Let me check."}]})

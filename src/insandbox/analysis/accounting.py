@@ -9,6 +9,10 @@
   not counted: no model call read it;
 - trajectory tokens: the sum of the three, the size of the final conversation;
 - billed tokens: prompt + completion summed over all calls (what an API charges).
+
+And the cost of benchmark samples, from their records (`cost_summary`): a record's `cost_usd` is
+what its trajectory cost, `retry_cost_usd` what the failed attempts before it cost. Samples whose
+price is unknown have `cost_usd` None: they are counted apart, never as 0.
 """
 from __future__ import annotations
 
@@ -36,3 +40,20 @@ def time_breakdown(traj: dict) -> dict:
     totals = traj.get("totals") or {}
     return {"model_time_s": totals.get("model_time_s", 0.0), "tool_time_s": totals.get("tool_time_s", 0.0),
             "wall_time_s": totals.get("wall_time_s", 0.0)}
+
+
+def cost_summary(records: list[dict]) -> dict:
+    """The cost of these samples: in all (retries included), per sample and per correct answer (samples
+    that did not fail for infrastructure reasons); None where no sample has a price."""
+    priced = [r for r in records if r.get("cost_usd") is not None]
+    out = {"cost_usd": None, "cost_per_sample_usd": None, "cost_per_correct_usd": None,
+           "cost_unknown": len(records) - len(priced)}
+    if not priced:
+        return out
+    total = sum(r["cost_usd"] + (r.get("retry_cost_usd") or 0.0) for r in priced)
+    ok = [r for r in priced if not r.get("error")]
+    correct = sum(float(r["score"]) for r in ok if r.get("score") is not None)
+    out.update(cost_usd=round(total, 8),
+               cost_per_sample_usd=round(sum(r["cost_usd"] for r in ok) / len(ok), 8) if ok else None,
+               cost_per_correct_usd=round(total / correct, 8) if correct else None)
+    return out

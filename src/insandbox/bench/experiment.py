@@ -5,8 +5,8 @@ task (its prompts, scorer, data source, step limit), the effective repeats and m
 sampling (temperature, max_tokens, extra_body, send_reasoning), the sandbox (image, limits,
 network, environment), the token and time budgets and the judge. What only changes how a
 run was carried out does not: the endpoint address and key, concurrency, retries, time-outs
-of requests, folders, which rows were selected (--limit, --ids, --data: pooling rows split
-over several runs is what --pool is for) and timestamps.
+of requests, the price file, folders, which rows were selected (--limit, --ids, --data:
+pooling rows split over several runs is what --pool is for) and timestamps.
 
 `insandbox report` compares runs side by side, each labelled by its model and the settings
 that differ from the other runs of its task (and its folder name where two runs of one task
@@ -19,7 +19,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from ..config import RunConfig
 from .runner import BENCH_FILE, SUMMARY_FILE
@@ -28,7 +28,7 @@ from .tasks import TaskSpec
 
 # settings recorded in bench.json that do not define the experiment
 _RUN_NOT_DEFINING = {"base_url", "api_key", "api_key_set", "max_retries", "request_timeout", "output_dir", "runs_root",
-                     "build_image", "mode", "model", "max_steps"}
+                     "build_image", "mode", "model", "max_steps", "prices"}
 _BENCH_NOT_DEFINING = {"task", "data", "limit", "ids", "concurrency", "retries", "retry_backoff_s", "output_dir",
                        "runs_root", "judge_base_url", "judge_api_key", "mode", "repeats", "run"}
 _TASK_NOT_DEFINING = {"description", "source", "repeats"}
@@ -61,6 +61,7 @@ class RunInfo:
     repeats: int
     settings: dict  # setting -> value, everything that defines the experiment (model and task included)
     records: list[dict] = field(default_factory=list)
+    price: Optional[dict] = None  # the price its samples were charged at (summary.json), where recorded
 
 
 def read_run(run_dir: Path) -> RunInfo:
@@ -72,10 +73,11 @@ def read_run(run_dir: Path) -> RunInfo:
     config = meta.get("config") or {}
     run = {**_defaults(RunConfig), **_plain(config.get("run") or {})}
     task = {**_defaults(TaskSpec), **_plain(meta.get("task") or {})}
-    model = None
+    model, price = None, None
     summary_path = run_dir / SUMMARY_FILE
     if summary_path.is_file():
-        model = json.loads(summary_path.read_text(encoding="utf-8")).get("model")
+        summary = json.loads(summary_path.read_text(encoding="utf-8"))
+        model, price = summary.get("model"), summary.get("price")
     model = model or run.get("model") or "embedded"
     task_name = task.get("name") or config.get("task") or "?"
     repeats = int(meta.get("repeats") or config.get("repeats") or task.get("repeats") or 1)
@@ -91,7 +93,7 @@ def read_run(run_dir: Path) -> RunInfo:
     settings.update({k: v for k, v in config.items() if k not in _BENCH_NOT_DEFINING})
     settings.update({f"task.{k}": v for k, v in task.items() if k not in _TASK_NOT_DEFINING and k != "name"})
     records = latest(ResultStore(run_dir).load())
-    return RunInfo(run_dir, model, task_name, repeats, settings, records)
+    return RunInfo(run_dir, model, task_name, repeats, settings, records, price)
 
 
 def differing(settings: list[dict]) -> list[str]:

@@ -1,4 +1,4 @@
-"""The benchmark's progress bar: done/total, accuracy so far, errors, tokens, ETA.
+"""The benchmark's progress bar: done/total, accuracy so far, errors, tokens, cost, ETA.
 
 The ETA comes from the durations of this session's samples (eta.py), not from rich's recent
 speed, which counts samples done by an earlier session and jumps with each finish."""
@@ -13,6 +13,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
+from ..pricing import usd
 from .eta import SessionEta, format_eta
 
 
@@ -34,6 +35,7 @@ class RichBenchProgress:
         self.eta: Optional[SessionEta] = None
         self.scores: dict[str, list[float]] = {}
         self.tokens = 0
+        self.cost: Optional[float] = None  # this session's; None until a sample has a known cost
         self.errors = 0
 
     def on_status(self, text: str) -> None:
@@ -65,11 +67,14 @@ class RichBenchProgress:
         elif record.get("score") is not None:
             self.scores.setdefault(record["mode"], []).append(float(record["score"]))
         self.tokens += (record.get("prompt_tokens") or 0) + (record.get("completion_tokens") or 0)
+        if record.get("cost_usd") is not None:
+            self.cost = (self.cost or 0.0) + record["cost_usd"] + (record.get("retry_cost_usd") or 0.0)
+        tok = f"{self.tokens / 1e3:,.0f}k tok" + (f" {usd(self.cost)}" if self.cost is not None else "")
         acc = " ".join(f"{m} {sum(v) / len(v):.1%}" for m, v in sorted(self.scores.items()) if v)
         if self.errors:
             acc += f" [red]{self.errors} errors[/red]"
         if self.progress is not None:
-            self.progress.update(self.bar, advance=1, acc=acc, tok=f"{self.tokens / 1e3:,.0f}k tok")
+            self.progress.update(self.bar, advance=1, acc=acc, tok=tok)
 
     def close(self) -> None:
         if self.progress is not None:

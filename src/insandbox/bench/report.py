@@ -7,8 +7,9 @@ mode: accuracy with a 95% interval; sandbox minus plain on the same items of the
 McNemar's test; for choice tasks, how many samples the strict and the reference extraction
 judge differently; how often the model used external resources, file management and
 computation (sandbox turns); tokens per sample split into initial prompt, completion and
-environment (tool output), and the sandbox/plain token ratio; model versus tool time and
-samples per minute. Written as report.md and report.json with PNG figures.
+environment (tool output), and the sandbox/plain token ratio; what the samples cost (in all,
+per sample, per correct answer; unknown where the model had no price); model versus tool time
+and samples per minute. Written as report.md and report.json with PNG figures.
 """
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from ..analysis.accounting import cost_summary
 from ..analysis.capability import CAPABILITIES, usage
+from ..pricing import Price, usd
 from . import stats
 from .experiment import Unit, same_settings, show, units_of
 
@@ -34,6 +37,7 @@ class Group:
     records: list[dict] = field(default_factory=list)
     trajectories: list[dict] = field(default_factory=list)
     runs: list[Path] = field(default_factory=list)
+    prices: list[dict] = field(default_factory=list)  # the prices its runs were charged at, each once
 
 
 Key = tuple[str, str, str]  # (run label, task, mode)
@@ -49,6 +53,8 @@ def load_units(run_dirs: list[Path], pool: bool = False) -> tuple[list[Unit], di
                 g = groups.setdefault(key, Group(unit.label, unit.model, rec["task"], rec["mode"]))
                 if run.path not in g.runs:
                     g.runs.append(run.path)
+                    if run.price and run.price not in g.prices:
+                        g.prices.append(run.price)
                 g.records.append(rec)
                 path = run.path / rec.get("trajectory", "")
                 if rec["mode"] == "sandbox" and path.is_file():
@@ -86,6 +92,18 @@ def time_row(g: Group) -> dict:
             "samples_per_min": len(g.records) / span * 60 if span > 0 else math.nan}
 
 
+def cost_row(g: Group) -> dict:
+    """What the samples cost, and the price they were charged at."""
+    if not g.prices:
+        price = "-"
+    elif len(g.prices) > 1:
+        price = "several (report.json: runs)"
+    else:
+        price = Price.model_validate(g.prices[0]).describe()
+    return {"samples": len(g.records), "priced": sum(1 for r in g.records if r.get("cost_usd") is not None),
+            **cost_summary(g.records), "price": price, "prices": g.prices}
+
+
 def choice_row(g: Group) -> Optional[dict]:
     """For a choice task: how the strict and the reference extraction judge the same samples."""
     both = [r["score_detail"]["extractions"] for r in g.records
@@ -110,7 +128,7 @@ def runs_section(units: list[Unit]) -> list[dict]:
 def analyse(groups: dict[Key, Group], units: Optional[list[Unit]] = None) -> dict:
     """Every number of the report, as data (report.json)."""
     out: dict = {"runs": runs_section(units or []), "accuracy": [], "paired": [], "choice_extractions": [],
-                 "capabilities": [], "tokens": [], "token_ratio": [], "time": []}
+                 "capabilities": [], "tokens": [], "token_ratio": [], "cost": [], "time": []}
     order = {u.label: i for i, u in enumerate(units or [])}  # runs in the order given
 
     def ordered(items):
@@ -126,6 +144,7 @@ def analyse(groups: dict[Key, Group], units: Optional[list[Unit]] = None) -> dic
         if choice is not None:
             out["choice_extractions"].append({**who, "mode": mode, **choice})
         out["tokens"].append({**who, "mode": mode, **token_row(g)})
+        out["cost"].append({**who, "mode": mode, **cost_row(g)})
         out["time"].append({**who, "mode": mode, **time_row(g)})
         if mode == "sandbox":
             out["capabilities"].append({**who, **usage(g.trajectories)})
@@ -208,6 +227,29 @@ def runs_markdown(data: dict) -> list[str]:
     return parts
 
 
+COST_HEADER = ["run", "task", "mode", "samples", "in all", "per sample", "per correct answer", "price"]
+
+
+def has_cost(data: dict) -> bool:
+    """Whether the runs recorded costs (runs of older versions did not)."""
+    return any(c["priced"] or c["prices"] for c in data.get("cost", []))
+
+
+def _usd_or_dash(amount: Optional[float], priced: int) -> str:
+    """Unknown without a price; a dash where there is nothing to divide by (no sample ok, none right)."""
+    return "unknown" if not priced else "-" if amount is None else usd(amount)
+
+
+def cost_rows(data: dict) -> list[list[str]]:
+    rows = []
+    for c in data["cost"]:
+        unknown = f" ({c['cost_unknown']} unknown)" if c["cost_unknown"] and c["priced"] else ""
+        rows.append([c["run"], c["task"], c["mode"], str(c["samples"]), usd(c["cost_usd"]) + unknown,
+                     _usd_or_dash(c["cost_per_sample_usd"], c["priced"]),
+                     _usd_or_dash(c["cost_per_correct_usd"], c["priced"]), c["price"]])
+    return rows
+
+
 def markdown(data: dict, run_dirs: list[Path], figures: list[str]) -> str:
     parts = ["# Benchmark report", "",
              "Runs: " + ", ".join(f"`{d}`" for d in run_dirs), ""]
@@ -259,6 +301,13 @@ def markdown(data: dict, run_dirs: list[Path], figures: list[str]) -> str:
                          [[r["run"], r["task"], _num(r["trajectory_ratio"], 2) + "x",
                            _num(r["billed_ratio"], 2) + "x"]
                           for r in data["token_ratio"]]), ""]
+    if has_cost(data):
+        parts += ["## Cost", "",
+                  "USD, from each call's tokens at the price shown (a price table of list prices, with the user's "
+                  "own files over it: README, Cost). In all: every sample, infrastructure errors and their retries "
+                  "included; per sample: the samples without an infrastructure error; per correct answer: in all "
+                  "divided by the score summed. A model without a price is \"unknown\", never $0.", "",
+                  _table(COST_HEADER, cost_rows(data)), ""]
     parts += ["## Time", "",
               _table(["run", "task", "mode", "samples", "model time", "tool time", "wall / sample", "samples / min"],
                      [[t["run"], t["task"], t["mode"], str(t["samples"]), _pct(t["model_share"]),
@@ -291,7 +340,7 @@ def write_report(run_dirs: list[Path], out_dir: Optional[Path] = None, plots: bo
 
 
 def rich_tables(data: dict):
-    """The accuracy, paired and choice-extraction tables for the terminal."""
+    """The accuracy, paired, cost and choice-extraction tables for the terminal."""
     from rich.table import Table
 
     acc = Table(title="accuracy")
@@ -308,6 +357,14 @@ def rich_tables(data: dict):
             pt.add_row(p["run"], p["task"], str(p["pairs"]), f"{100 * p['diff']:+.1f} pt", _ci(*p["diff_ci95"]),
                        p["test"] or "-", _p(p["p_value"]))
         tables.append(pt)
+    if has_cost(data):
+        cost = Table(title="cost (USD)")
+        for h in COST_HEADER:
+            cost.add_column(h, justify="right" if h in ("samples", "in all", "per sample", "per correct answer")
+                            else "left")
+        for row in cost_rows(data):
+            cost.add_row(*row)
+        tables.append(cost)
     if data["choice_extractions"]:
         ct = Table(title="choice letters: strict vs reference extraction")
         for h in CHOICE_HEADER:

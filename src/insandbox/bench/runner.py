@@ -38,8 +38,9 @@ from ..config import ConfigError, RunConfig
 from ..episode import ExitReason
 from ..models.base import ModelClient
 from ..models.openai_compat import OpenAIChatClient
+from ..pricing import Price, PriceTable, load_prices
 from ..prompts import PromptConfig, load_prompt_overrides
-from ..runner import arun, make_model_client, prepare_sandbox
+from ..runner import arun, make_model_client, prepare_sandbox, price_of
 from ..sandbox import backend_class
 from ..trajectory import now_iso
 from . import stats
@@ -236,6 +237,8 @@ class BenchRun:
         self.client: Optional[ModelClient] = None
         self.judge: Optional[OpenAIChatClient] = None
         self.scorer: Optional[Scorer] = None
+        self.price: Optional[Price] = None  # of the model's calls, the same for every sample
+        self._prices: Optional[PriceTable] = None
         self.engine = EngineWatch(cfg.run.backend, cfg.engine_wait_s, self.progress.on_status, self.run_dir)
         self._infra_streak = 0
         self._stop: Optional[BenchAborted] = None  # set by a sample whose failure stops the run
@@ -268,6 +271,10 @@ class BenchRun:
     async def _open_clients(self) -> None:
         run = self.cfg.run.with_environment()
         self.client = await make_model_client(run)
+        self.price = price_of(self._prices or load_prices(run.prices), run, self.client.name)
+        if not self.price.known:  # said once here; each record's cost is None
+            self.progress.on_status(f"{self.price.describe()}: sample costs are recorded as unknown (add it to a "
+                                    "price file: --prices FILE)")
         judge = None
         if self.cfg.judge_model:
             self.judge = OpenAIChatClient(self.cfg.judge_model, base_url=self.cfg.judge_base_url,
@@ -291,6 +298,7 @@ class BenchRun:
         run = self.cfg.run
         overrides = {"mode": mode, "output_dir": self.run_dir / rel, "max_steps": self.max_steps}
         started, attempts, result, crash = time.time(), 0, None, None
+        costs: list[float] = []  # of every attempt, in order (the last one is the record's own)
         sandbox = mode == "sandbox"
         failures: list[dict] = []  # every failed attempt, in order
         outages = 0  # attempts cut off by the engine going away: not counted as retries
@@ -310,14 +318,17 @@ class BenchRun:
             began = time.monotonic()
             try:
                 result = await arun(row.problem_statement, run, model_client=self.client, prompts=self.prompts,
-                                    input_files=row.input_files, task_id=row.id, prepared=True, **overrides)
+                                    input_files=row.input_files, task_id=row.id, prepared=True, price=self.price,
+                                    **overrides)
                 crash = None
+                costs.append(result.trajectory.totals.cost_usd or 0.0)
             except (ConfigError, FileNotFoundError):
                 raise
             except Exception as e:  # the sandbox could not even start, the engine went away, ...
                 if is_host_write_error(e):  # no retry can help: the run folder takes nothing more
                     raise self._unwritable(e) from e
                 result, crash = None, f"{type(e).__name__}: {e}"
+                costs.append(0.0)  # arun failed before the model was asked
             failed = crash is not None or result.exit_reason is None or result.exit_reason.is_failure
             if not failed:
                 break
@@ -343,6 +354,12 @@ class BenchRun:
                   "trajectory": str(rel / "trajectory.json")}
         if cut_off:
             record.update(resumed_attempts=cut_off, cut_off_earlier=True)
+        if self.price is not None and self.price.known:  # an unknown price leaves the cost unknown, never 0
+            record["cost_usd"] = costs[-1] if costs else 0.0
+            if sum(costs[:-1]):
+                record["retry_cost_usd"] = round(sum(costs[:-1]), 10)
+        else:
+            record["cost_usd"] = None
         if failures:
             record["failed_attempts"] = failures
         if gone is not None:
@@ -370,6 +387,7 @@ class BenchRun:
 
     # ------------------------------------------------------------------ the run
     async def run(self) -> BenchResult:
+        self._prices = load_prices(self.cfg.run.prices)  # a bad price file stops the run before its folder exists
         rows = load_rows(self.cfg.data, self.task.dataset, self.task.config, self.task.split, self.cfg.ids,
                          self.cfg.limit)
         if not rows:
@@ -439,6 +457,7 @@ class BenchRun:
         records = latest(self.store.load())
         summary = stats.summarize(records)
         summary.update(task=self.task.name, model=getattr(self.client, "name", None) or self.cfg.run.model,
+                       price=self.price.model_dump() if self.price else None,
                        modes=self.modes, repeats=self.repeats, samples=len(records),
                        errors=sum(1 for r in records if r.get("error")), updated_at=now_iso(),
                        session={"samples": session_samples, "wall_s": round(session_wall_s, 2),

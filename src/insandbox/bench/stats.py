@@ -14,6 +14,8 @@ import math
 from collections import defaultdict
 from typing import Optional
 
+from ..analysis.accounting import cost_summary
+
 
 def wilson(k: float, n: int, z: float = 1.959964) -> tuple[float, float]:
     if n == 0:
@@ -114,17 +116,20 @@ def paired(sandbox: list[dict], plain: list[dict]) -> Optional[dict]:
 
 
 def summarize(records: list[dict]) -> dict:
-    """summary.json: per task and mode, and the paired comparison where both modes ran."""
+    """summary.json: per task and mode (accuracy, cost), the paired comparison where both modes ran, and
+    the cost of the whole benchmark."""
     groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
     for r in records:
         groups[(r["task"], r["mode"])].append(r)
-    out: dict = {"tasks": {}}
+    everything = cost_summary(records)
+    out: dict = {"tasks": {}, "cost_usd": everything["cost_usd"], "cost_unknown": everything["cost_unknown"]}
     for (task, mode), recs in sorted(groups.items()):
         entry = out["tasks"].setdefault(task, {})
         entry[mode] = accuracy(recs)
         methods = {r.get("score_method") for r in recs if r.get("score_method")}
         entry[mode]["score_method"] = sorted(methods)[0] if len(methods) == 1 else sorted(methods)
         entry[mode]["approximate"] = any(r.get("approximate") for r in recs)
+        entry[mode].update(cost_summary(recs))
     for task, entry in out["tasks"].items():
         if "sandbox" in entry and "llm" in entry:
             entry["sandbox_vs_llm"] = paired(groups[(task, "sandbox")], groups[(task, "llm")])

@@ -5,7 +5,8 @@ appended and flushed the moment the sample is scored, so a killed run loses noth
 The file holds exactly one record per sample. A sample recorded as an infrastructure error and
 run again by `--resume` replaces its old line: the file is rewritten to a temporary file and
 renamed over the old one (a kill in between leaves the old file whole), and the new record's
-`attempts` counts the earlier attempts too (`resumed_attempts`: how many of them were earlier).
+`attempts` counts the earlier attempts too (`resumed_attempts`: how many of them were earlier), and
+`retry_cost_usd` what they cost.
 
 A write that fails (the disk is full) leaves the file as it was: an append that got only part
 of its line onto the disk is cut back, a rewrite's temporary file is removed. A half line left
@@ -87,16 +88,19 @@ class ResultStore:
         return len(records) - len(kept)
 
     def _replace(self, record: dict) -> None:
-        key, earlier = sample_key(record), 0
+        key, earlier, spent = sample_key(record), 0, 0.0
         kept = []
         for r in self.load():
             if sample_key(r) == key:
                 earlier += int(r.get("attempts") or 0)
+                spent += (r.get("cost_usd") or 0.0) + (r.get("retry_cost_usd") or 0.0)
             else:
                 kept.append(r)
         if earlier:
             record = {**record, "attempts": int(record.get("attempts") or 0) + earlier,
                       "resumed_attempts": int(record.get("resumed_attempts") or 0) + earlier}
+        if spent:  # what the replaced attempts cost stays in the benchmark's cost
+            record = {**record, "retry_cost_usd": round((record.get("retry_cost_usd") or 0.0) + spent, 10)}
         self._write_all(kept + [record])
 
     def _write_all(self, records: list[dict]) -> None:

@@ -28,7 +28,7 @@ class Usage:
     completion_tokens: int = 0
     reasoning_tokens: Optional[int] = None
     cached_tokens: Optional[int] = None
-    cache_write_tokens: Optional[int] = None
+    cache_write_tokens: Optional[int] = None  # prompt tokens written to a prompt cache, where billed apart
     reported: bool = True  # False: the server sent no usage, the numbers are estimates
 
     @property

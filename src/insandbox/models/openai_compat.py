@@ -368,10 +368,13 @@ def _usage(data: dict, messages: list[dict], message: dict) -> Usage:
         return Usage(prompt_tokens=sent // 4, completion_tokens=len(json.dumps(message, ensure_ascii=False)) // 4,
                      reported=False)
     details = u.get("completion_tokens_details")
-    cached = u.get("prompt_tokens_details")
+    prompt = u.get("prompt_tokens_details") if isinstance(u.get("prompt_tokens_details"), dict) else {}
+    # cache reads: OpenAI's field, else DeepSeek's and Moonshot's own; cache writes: OpenRouter's (priced apart)
+    cached = next((n for n in (_int(prompt.get("cached_tokens")), _int(u.get("prompt_cache_hit_tokens")),
+                               _int(u.get("cached_tokens"))) if n is not None), None)
     return Usage(prompt_tokens=_int(u["prompt_tokens"]) or 0, completion_tokens=_int(u.get("completion_tokens")) or 0,
                  reasoning_tokens=_int(details.get("reasoning_tokens")) if isinstance(details, dict) else None,
-                 cached_tokens=_int(cached.get("cached_tokens")) if isinstance(cached, dict) else None)
+                 cached_tokens=cached, cache_write_tokens=_int(prompt.get("cache_write_tokens")))
 
 
 def _error_text(e: Exception) -> str:
