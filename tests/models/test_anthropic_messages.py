@@ -204,3 +204,30 @@ def test_an_anthropic_prefix_selects_the_api_and_its_key(scripted, tmp_path, run
     assert result.answer == "4" and srv.requests[0]["api"] == "messages"
     assert srv.requests[0]["params"]["model"] == "claude-test"
     assert result.trajectory.config["provider"] is None and result.trajectory.config["api_key_set"]
+
+
+@pytest.mark.docker
+def test_bench_runs_unchanged_through_the_messages_api_in_both_modes(scripted, tmp_path, docker_image):
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps({"id": f"r{i}", "problem_statement": f"q{i}: Which one?\nA. x\nB. y",
+                                        "ground_truth": "B"}) + "\n" for i in (1, 2)))
+    srv = scripted({"turns": [{"tool": "execute_bash", "args": {"command": "echo B > /testbed/answer.txt"}},
+                              {"tool": "submit"}], "llm_turns": [{"content": "Answer: B"}]})
+    run_dir = tmp_path / "run"
+    prices = tmp_path / "prices.yaml"  # a loopback server is free unless the user's own table prices it
+    prices.write_text("prices:\n  claude-sonnet-4-5: {input: 3, cache_read: 0.3, cache_write: 3.75, output: 15}\n")
+    r = cli("bench", "chem", "--data", str(rows), "--mode", "both", "--model", "anthropic/claude-sonnet-4-5",
+            "--base-url", srv.url, "--image", docker_image, "--stream", "--output-dir", str(run_dir), "-q",
+            "--prices", str(prices), env={"ANTHROPIC_API_KEY": "sk-ant-test"})
+    assert r.returncode == 0, r.stderr
+    records = [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
+    assert sorted((x["id"], x["mode"], x["score"]) for x in records) == [
+        ("r1", "llm", 1.0), ("r1", "sandbox", 1.0), ("r2", "llm", 1.0), ("r2", "sandbox", 1.0)]
+    assert {q["api"] for q in srv.requests} == {"messages"}
+    assert all(x["cost_usd"] > 0 for x in records)
+    traj = Trajectory.load(run_dir / next(x["trajectory"] for x in records if x["mode"] == "sandbox"))
+    s1, s2 = traj.steps  # the second step reads the first one's prefix from the cache, at its own price
+    assert s2.cached_tokens > 0 and s1.cache_write_tokens > 0
+    assert s2.cost_usd == pytest.approx((s2.cached_tokens * 0.3 + s2.cache_write_tokens * 3.75 + s2.completion_tokens
+                                         * 15 + (s2.prompt_tokens - s2.cached_tokens - s2.cache_write_tokens) * 3)
+                                        / 1e6)
