@@ -9,7 +9,7 @@
 #      INSANDBOX_BIN_CACHE     where the binary is kept (default ~/.cache/insandbox/bin)
 #      INSANDBOX_BUILD_JOBS    parallel compile jobs (default 2)
 #      PYTHON                  the Python whose pip fetches the sources (default .venv/bin/python, else python3)
-# Prints the binary's path as its last line.
+# Prints the binary's path on stdout (progress goes to stderr).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,8 +26,7 @@ fi
 
 works() { [ -x "$1" ] && "$1" --version >/dev/null 2>&1; }
 
-if works "$bin"; then
-  log "llama-server $version is built: $bin"
+if works "$bin"; then  # built already: nothing to do, nothing said
   echo "$bin"
   exit 0
 fi
@@ -39,7 +38,7 @@ mkdir -p "$cache"
 exec 9>"$cache/.llama-server-$version.lock"
 flock 9
 if works "$bin"; then
-  log "llama-server $version is built: $bin"
+  log "llama-server $version was built meanwhile: $bin"
   echo "$bin"
   exit 0
 fi
