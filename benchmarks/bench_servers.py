@@ -73,7 +73,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args()
     binary, model = servers.llama_server_binary(), servers.gguf()
-    logs = Path(tempfile.mkdtemp(prefix="bench-servers-"))
+    logs = tempfile.TemporaryDirectory(prefix="bench-servers-")  # the servers' logs, while they run
     n = servers.threads()
 
     def llama_server(port):
@@ -96,11 +96,12 @@ def main() -> None:
             ("insandbox embedded (all cores)", embedded, "/health", False)]
     rows = []
     for kind, argv, ready, streams in plan:
-        server = servers.start(kind, argv, ready, logs)
+        server = servers.start(kind, argv, ready, Path(logs.name))
         try:
             rows.append(measure(server, args.repeats, streams))
         finally:
             servers.stop(server)
+    logs.cleanup()
     print(f"llama-server binary: {binary} ({binary.stat().st_size / 2**20:.1f} MiB); {n} thread(s) per server; "
           f"median of {args.repeats}\n")
     print("| server | spawn to ready | first token, streamed (16-token reply) | whole 16-token reply "
