@@ -2,14 +2,20 @@
 # Install everything insandbox needs on a Debian or Ubuntu machine (run as root), idempotently:
 #   system packages (Docker engine, debootstrap, Python venv, a C++ toolchain) -> a running Docker
 #   engine -> the llama.cpp wheel for the embedded model (built once, cached) -> .venv with
-#   insandbox[dev,local,bench,rl,verl] (torch pinned first) -> the sandbox image and the registries proxy's.
+#   insandbox[dev,local,bench,rl,verl] (torch pinned first) -> with `dev`, llama.cpp's llama-server
+#   for the tests against real third-party servers (built once, cached) -> the sandbox image and the
+#   registries proxy's.
 # Re-running it only does what is missing.
 #
 # Env: INSANDBOX_EXTRAS        pip extras to install (default: dev,local,bench,rl,verl)
 #      INSANDBOX_TORCH         the torch to install before the rl/verl extras (default torch==2.13.0, the CPU
 #                              build on this kind of machine; a plain `torch` pulls several GB of CUDA packages)
 #      INSANDBOX_WHEEL_CACHE   where the built llama-cpp-python wheel is kept (default ~/.cache/insandbox/wheels)
-#      INSANDBOX_LLAMA_VERSION llama-cpp-python version to build (default 0.3.36)
+#      INSANDBOX_LLAMA_VERSION llama-cpp-python version to build, and whose llama.cpp llama-server is
+#                              built from (default 0.3.36)
+#      INSANDBOX_BIN_CACHE     where the built llama-server is kept (default ~/.cache/insandbox/bin)
+#      INSANDBOX_SKIP_LLAMA_SERVER=1  do not build llama-server (scripts/build_llama_server.sh; ~10 minutes
+#                              on 2 cores the first time; the third_party_server tests need it)
 #      INSANDBOX_SKIP_IMAGE=1  do not build the sandbox image (nor the registries proxy's)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -65,7 +71,7 @@ wheel=""
 if [[ ",$extras," == *",local,"* ]]; then
   # llama.cpp for the embedded model. A native build crashes on machines whose CPU reports
   # AMX/AVX-512 the VM does not enable, so build a portable one; it takes ~5 minutes on 2
-  # cores, so the wheel is cached and reused.
+  # cores, so the wheel is cached and reused. (scripts/build_llama_server.sh uses the same flags.)
   export CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF"
   cache=${INSANDBOX_WHEEL_CACHE:-$HOME/.cache/insandbox/wheels}
   version=${INSANDBOX_LLAMA_VERSION:-0.3.36}
@@ -103,7 +109,12 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "$want" >"$stamp"
 fi
 
-# --- 4. the sandbox image -----------------------------------------------------------------
+# --- 4. llama.cpp's own server, for the tests against real third-party servers ---------------
+if [[ ",$extras," == *",dev,"* ]] && [ -z "${INSANDBOX_SKIP_LLAMA_SERVER:-}" ]; then
+  bash scripts/build_llama_server.sh >/dev/null  # says what it builds; silent when it is built
+fi
+
+# --- 5. the sandbox image -----------------------------------------------------------------
 if [ -z "${INSANDBOX_SKIP_IMAGE:-}" ] && ! docker image inspect insandbox:latest >/dev/null 2>&1; then
   log "building the sandbox image insandbox:latest (once; about 2 minutes)"
   .venv/bin/insandbox image build

@@ -10,17 +10,22 @@ import pytest
 
 from insandbox.models.scripted_server import ScriptedServer
 from insandbox.sandbox import SandboxSpec, create_sandbox
+from tests.servers import llama_cpp_python_server, llama_server  # noqa: F401  (fixtures)
 
 IMAGE = os.environ.get("INSANDBOX_TEST_IMAGE", "insandbox:latest")
 DOCKER_FIXTURES = {"docker_image", "sandbox_factory"}
+SERVER_FIXTURES = {"llama_server", "llama_cpp_python_server"}
 
 
 def pytest_collection_modifyitems(items):
     """Tests that use the engine through a fixture are marked `docker`: `-m "not docker and not
-    shared_data"` then selects the tests that need neither (tests/test_layout.py proves they do)."""
+    shared_data"` then selects the tests that need neither (tests/test_layout.py proves they do).
+    Tests that start real third-party model servers (tests/servers.py) are marked `third_party_server`."""
     for item in items:
         if DOCKER_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.docker)
+        if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.third_party_server)
 
 
 @pytest.fixture(scope="session")
