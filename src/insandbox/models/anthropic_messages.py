@@ -269,15 +269,23 @@ class AnthropicClient:
         self.notes_once = []
         return reply
 
+    @staticmethod
+    def _sdk_args(body: dict) -> dict:
+        """The body as the SDK's arguments: what it requires by name, the rest as JSON it passes on as is
+        (so a field the installed SDK has no argument for, such as `temperature` in newer ones, still goes)."""
+        required = ("model", "max_tokens", "messages")
+        return dict({k: body[k] for k in required}, extra_body={k: v for k, v in body.items() if k not in required})
+
     async def _post(self, body: dict) -> dict:
         client = self._client
-        raw = await asyncio.wait_for(client.messages.with_raw_response.create(**body), self.timeout)
+        raw = await asyncio.wait_for(client.messages.with_raw_response.create(**self._sdk_args(body)), self.timeout)
         return message_json(raw.http_response.content)
 
     async def _stream(self, body: dict) -> tuple[dict, float]:
         """One streamed try: the events put together as one message, and when its first token came."""
         deadline = time.perf_counter() + self.timeout
-        stream = await asyncio.wait_for(self._client.messages.create(**body, stream=True), self.timeout)
+        stream = await asyncio.wait_for(self._client.messages.create(**self._sdk_args(body), stream=True),
+                                        self.timeout)
         acc = StreamedMessage()
         try:
             events = stream.__aiter__()

@@ -470,7 +470,8 @@ class StreamedCompletion:
     def completion(self) -> dict:
         """The completion the chunks make up; MalformedResponse when the stream ended early."""
         if self.chunks == 0:
-            raise MalformedResponse("a stream with no chunks")
+            raise MalformedResponse("an empty stream (a server that cannot stream with these settings fails this way, "
+                                    "e.g. llama-cpp-python's function-calling format: try without --stream)")
         if self.finish is None:
             raise MalformedResponse(f"a stream cut short: {self.chunks} chunks and no finish reason")
         message: dict[str, Any] = {"role": "assistant", "content": "".join(self.content) or None}

@@ -154,8 +154,14 @@ def message(req: dict, turn: dict, calls: list[dict], model: str, usage: Optiona
     if thinking_on and turn.get("reasoning_content"):
         text = turn["reasoning_content"]
         content.append({"type": "thinking", "thinking": text, "signature": signature(text)})
-    if turn.get("content"):
-        content.append({"type": "text", "text": turn["content"]})
+    text = turn.get("content") or ""
+    if calls and turn.get("as_text"):  # the calls written into the text, as a model without tool support does
+        text += "".join("\n<tool_call>\n" + json.dumps({"name": c["function"]["name"],
+                                                        "arguments": json.loads(c["function"]["arguments"])})
+                        + "\n</tool_call>" for c in calls)
+        calls = []
+    if text:
+        content.append({"type": "text", "text": text})
     for c in calls:
         try:
             args = json.loads(c["function"]["arguments"])
