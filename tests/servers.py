@@ -182,8 +182,7 @@ def probe(server: RunningServer) -> RunningServer:
     return server
 
 
-@pytest.fixture(scope="session")
-def llama_server(tmp_path_factory):
+def start_llama_server(log_dir: Path) -> RunningServer:
     """llama.cpp's llama-server: SmolLM2 with --jinja (its own chat template, which has no tools)."""
     binary, model = llama_server_binary(), gguf()
 
@@ -191,29 +190,39 @@ def llama_server(tmp_path_factory):
         return [str(binary), "-m", str(model), "--jinja", "-c", str(N_CTX), "-np", "1", "--seed", str(SEED),
                 "-t", str(threads()), "-a", MODEL_ALIAS, "--host", "127.0.0.1", "--port", str(port), "--no-webui"]
 
-    server = probe(start("llama-server", argv, "/health", tmp_path_factory.mktemp("llama-server")))
-    yield server
-    stop(server)
+    return probe(start("llama-server", argv, "/health", log_dir))
 
 
-@pytest.fixture(scope="session", params=LLAMA_CPP_PYTHON_FORMATS)
-def llama_cpp_python_server(request, tmp_path_factory):
-    """llama-cpp-python's own server (`python -m llama_cpp.server`) with the chat format given as the
-    fixture's param; both formats by default."""
+def start_llama_cpp_python(log_dir: Path, chat_format: str) -> RunningServer:
+    """llama-cpp-python's own server (`python -m llama_cpp.server`) with this chat format."""
     import importlib.util
 
     missing = [m for m in ["llama_cpp", *SERVER_EXTRA_MODULES] if importlib.util.find_spec(m) is None]
     if missing:
         pytest.fail(f"llama-cpp-python's server needs {', '.join(missing)}: pip install -e '.[dev,local]' "
                     f"(scripts/setup.sh does)", pytrace=False)
-    chat_format, model = request.param, gguf()
+    model = gguf()
 
     def argv(port: int) -> list[str]:
         return [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--chat_format", chat_format,
                 "--n_ctx", str(N_CTX), "--seed", str(SEED), "--n_threads", str(threads()),
                 "--model_alias", MODEL_ALIAS, "--host", "127.0.0.1", "--port", str(port), "--verbose", "False"]
 
-    server = probe(start(f"llama-cpp-python ({chat_format})", argv, "/v1/models",
-                         tmp_path_factory.mktemp("llama-cpp-python"), env={"PYTHONUNBUFFERED": "1"}))
+    return probe(start(f"llama-cpp-python ({chat_format})", argv, "/v1/models", log_dir,
+                       env={"PYTHONUNBUFFERED": "1"}))
+
+
+@pytest.fixture(scope="session")
+def llama_server(tmp_path_factory):
+    """llama.cpp's llama-server: SmolLM2 with --jinja (its own chat template, which has no tools)."""
+    server = start_llama_server(tmp_path_factory.mktemp("llama-server"))
+    yield server
+    stop(server)
+
+
+@pytest.fixture(scope="session", params=LLAMA_CPP_PYTHON_FORMATS)
+def llama_cpp_python_server(request, tmp_path_factory):
+    """llama-cpp-python's own server with the chat format given as the fixture's param; both by default."""
+    server = start_llama_cpp_python(tmp_path_factory.mktemp("llama-cpp-python"), request.param)
     yield server
     stop(server)
