@@ -128,3 +128,27 @@ def test_a_run_through_llama_servers_messages_api(llama_server, docker_image, tm
     assert t.exit_reason in ("max_steps", "submitted", "stuck"), (t.exit_reason, t.exit_detail)
     assert not t.failed_requests and len(t.steps) >= 1
     assert all(s.usage_reported and s.time_to_first_token_s is not None for s in t.steps)
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("server, api", [("llama_server", "chat"), ("llama_server", "messages"),
+                                         ("llama_cpp_python_server", "chat")])
+@pytest.mark.parametrize("llama_cpp_python_server", ["chatml"], indirect=True)
+def test_bench_runs_unchanged_against_each_server(server, api, request, llama_cpp_python_server, docker_image,
+                                                  tmp_path):
+    from tests.helpers import cli
+
+    srv = request.getfixturevalue(server)
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps({"id": "q1", "problem_statement": "Which one?\nA. x\nB. y", "ground_truth": "B"}) + "\n")
+    run_dir = tmp_path / "run"
+    r = cli("bench", "chem", "--data", str(rows), "--mode", "both", "--provider",
+            "anthropic" if api == "messages" else "openai", "--model", srv.model,
+            "--base-url", srv.root_url if api == "messages" else srv.base_url, "--max-steps", "2",
+            "--max-tokens", "24", "--temperature", "0", "--tool-format", "text", "--image", docker_image,
+            "--output-dir", str(run_dir), "-q")
+    assert r.returncode == 0, r.stderr
+    records = [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
+    assert sorted(x["mode"] for x in records) == ["llm", "sandbox"]
+    assert all(x["exit_reason"] in ("completed", "max_steps", "submitted", "stuck") for x in records), records
+    assert all(x["score"] in (0.0, 1.0) for x in records)  # scored like any other sample
