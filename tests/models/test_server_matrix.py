@@ -152,3 +152,19 @@ def test_bench_runs_unchanged_against_each_server(server, api, request, llama_cp
     assert sorted(x["mode"] for x in records) == ["llm", "sandbox"]
     assert all(x["exit_reason"] in ("completed", "max_steps", "submitted", "stuck") for x in records), records
     assert all(x["score"] in (0.0, 1.0) for x in records)  # scored like any other sample
+
+
+def test_llama_server_logprobs_are_recorded_the_same_streamed_or_not(llama_server, run_async):
+    async def ask(stream: bool):
+        client = OpenAIChatClient(llama_server.model, base_url=llama_server.base_url, logprobs=True, top_logprobs=2,
+                                  stream=stream, max_tokens=8, temperature=0)
+        try:
+            return await client.complete([{"role": "user", "content": "Say hi."}])
+        finally:
+            await client.close()
+    plain, streamed = run_async(ask(False)), run_async(ask(True))
+    assert len(plain.logprobs) == plain.usage.completion_tokens == 8
+    assert "".join(t["token"] for t in plain.logprobs) == plain.content
+    assert all(t["logprob"] <= 0 and len(t["top"]) == 2 for t in plain.logprobs)
+    assert [t["token"] for t in streamed.logprobs] == [t["token"] for t in plain.logprobs]  # greedy: same tokens
+    assert [t["logprob"] for t in streamed.logprobs] == pytest.approx([t["logprob"] for t in plain.logprobs], abs=1e-3)
