@@ -38,8 +38,10 @@ from .retrying import (
     MalformedResponse,
     RetryBudget,
     StreamStalled,
+    broken_stream,
     excerpt,
-    status_failure,
+    pump_stream,
+    transport_failure,
 )
 from .tool_text import parse_text_tool_calls, with_tools_in_prompt
 
@@ -257,11 +259,11 @@ class AnthropicClient:
                                                                   f"(400): {text}", False))) from e
             except (anthropic.APIError, MalformedResponse, StreamStalled, asyncio.TimeoutError) as e:
                 await budget.failed(self._failure(e), e)
-            except Exception as e:  # a stream cut mid-way surfaces as the HTTP library's own error
-                if type(e).__module__.split(".")[0] not in ("httpx", "httpcore"):
+            except Exception as e:
+                failure = broken_stream(e, self.base_url)
+                if failure is None:
                     raise
-                await budget.failed(Failure("connection broken", f"the connection to the model server at "
-                                            f"{self.base_url} broke before a complete answer: {e!r}", True), e)
+                await budget.failed(failure, e)
         reply = self.reply(data)
         reply.ttft_s, reply.streamed = ttft, self.stream
         reply.latency_s = time.perf_counter() - t0
@@ -287,49 +289,15 @@ class AnthropicClient:
         stream = await asyncio.wait_for(self._client.messages.create(**self._sdk_args(body), stream=True),
                                         self.timeout)
         acc = StreamedMessage()
-        try:
-            events = stream.__aiter__()
-            while True:
-                wait = min(self.stall_timeout, deadline - time.perf_counter())
-                try:
-                    event = await asyncio.wait_for(events.__anext__(), max(wait, 0.001))
-                except StopAsyncIteration:
-                    break
-                except asyncio.TimeoutError:
-                    if wait < self.stall_timeout:
-                        raise
-                    raise StreamStalled(f"the model server's stream sent nothing for {self.stall_timeout:g} s "
-                                        f"({acc.events} events had come)") from None
-                for kind, text in acc.add(event.to_dict()):
-                    if self.on_delta is not None:
-                        self.on_delta(kind, text)
-        finally:
-            await stream.close()
+        await pump_stream(stream, acc.add, self.on_delta, self.stall_timeout, deadline, "events")
         return acc.message(), acc.first_token_at or time.perf_counter()
 
     def _failure(self, e: BaseException) -> Failure:
         import anthropic
 
-        if isinstance(e, MalformedResponse):
-            return Failure("not a message", f"the model server answered 200 with something that is not a "
-                                            f"Messages API message: {e}", True)
-        if isinstance(e, StreamStalled):
-            return Failure("stream stalled", str(e), True)
-        if isinstance(e, (asyncio.TimeoutError, anthropic.APITimeoutError)):
-            return Failure("timeout", f"the model server did not answer within {self.timeout:g}s", True)
-        if isinstance(e, anthropic.APIConnectionError):
-            cause = e.__cause__ or e
-            if type(cause).__name__ == "ConnectError":
-                return Failure("connection refused", f"cannot reach the model server at {self.base_url}: {cause}", True)
-            return Failure("connection broken", f"the connection to the model server at {self.base_url} broke "
-                                                f"before a complete answer: {cause}", True)
-        if isinstance(e, anthropic.APIStatusError):
-            return status_failure(e.status_code, _error_text(e), e.response.headers, self.base_url,
-                                  key_hint="ANTHROPIC_API_KEY or --api-key",
-                                  path_hint="and --base-url: the server's root, where /v1/messages is")
-        if isinstance(e, anthropic.APIError):  # an `error` event inside a stream
-            return Failure("error event", f"the model server sent an error in its stream: {e}", True)
-        return Failure(type(e).__name__, f"bad answer from the model server: {e}", False)
+        return transport_failure(e, anthropic, self.base_url, self.timeout, "a Messages API message", _error_text,
+                                 key_hint="ANTHROPIC_API_KEY or --api-key",
+                                 path_hint="and --base-url: the server's root, where /v1/messages is")
 
     def reply(self, data: dict) -> ModelReply:
         """A Messages API message -> the loop's reply (OpenAI-shaped message, thinking kept)."""

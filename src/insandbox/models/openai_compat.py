@@ -40,10 +40,12 @@ from .retrying import (
     MalformedResponse,
     RetryBudget,
     StreamStalled,
+    broken_stream,
     excerpt,
+    pump_stream,
     retry_after_s,  # noqa: F401  (re-exported: tests and callers read it here)
     short,
-    status_failure,
+    transport_failure,
 )
 from .tool_text import new_call_id, parse_text_tool_calls, with_tools_in_prompt
 
@@ -200,11 +202,11 @@ class OpenAIChatClient:
                                                                   f"(400): {text}", False))) from e
             except (openai.APIError, MalformedResponse, StreamStalled, asyncio.TimeoutError) as e:
                 await budget.failed(self._failure(e), e)
-            except Exception as e:  # a stream cut mid-way surfaces as the HTTP library's own error
-                if type(e).__module__.split(".")[0] not in ("httpx", "httpcore"):
+            except Exception as e:
+                failure = broken_stream(e, self.base_url)
+                if failure is None:
                     raise
-                await budget.failed(Failure("connection broken", f"the connection to the model server at "
-                                            f"{self.base_url} broke before a complete answer: {e!r}", True), e)
+                await budget.failed(failure, e)
         reply.latency_s = time.perf_counter() - t0
         reply.notes = notes
         return reply
@@ -224,45 +226,13 @@ class OpenAIChatClient:
         stream = await asyncio.wait_for(
             client.chat.completions.create(**kwargs, messages=[], extra_body=body, stream=True), self.timeout)
         acc = StreamedCompletion()
-        try:
-            chunks = stream.__aiter__()
-            while True:
-                wait = min(self.stall_timeout, deadline - time.perf_counter())
-                try:
-                    chunk = await asyncio.wait_for(chunks.__anext__(), max(wait, 0.001))
-                except StopAsyncIteration:
-                    break
-                except asyncio.TimeoutError:
-                    if wait < self.stall_timeout:
-                        raise
-                    raise StreamStalled(f"the model server's stream sent nothing for {self.stall_timeout:g} s "
-                                        f"({acc.chunks} chunks had come)") from None
-                for kind, text in acc.add(chunk.to_dict()):
-                    if self.on_delta is not None:
-                        self.on_delta(kind, text)
-        finally:
-            await stream.close()
+        await pump_stream(stream, acc.add, self.on_delta, self.stall_timeout, deadline, "chunks")
         return acc.completion(), acc.first_token_at or time.perf_counter()
 
     def _failure(self, e: BaseException) -> Failure:
         import openai
 
-        if isinstance(e, MalformedResponse):
-            return Failure("not a chat completion",
-                           f"the model server answered 200 with something that is not a chat completion: {e}", True)
-        if isinstance(e, StreamStalled):
-            return Failure("stream stalled", str(e), True)
-        if isinstance(e, (asyncio.TimeoutError, openai.APITimeoutError)):
-            return Failure("timeout", f"the model server did not answer within {self.timeout:g}s", True)
-        if isinstance(e, openai.APIConnectionError):
-            cause = e.__cause__ or e
-            if type(cause).__name__ == "ConnectError":
-                return Failure("connection refused", f"cannot reach the model server at {self.base_url}: {cause}", True)
-            return Failure("connection broken", f"the connection to the model server at {self.base_url} broke "
-                                                f"before a complete answer: {cause}", True)
-        if isinstance(e, openai.APIStatusError):
-            return status_failure(e.status_code, _error_text(e), e.response.headers, self.base_url)
-        return Failure(type(e).__name__, f"bad answer from the model server: {e}", False)
+        return transport_failure(e, openai, self.base_url, self.timeout, "a chat completion", _error_text)
 
     def _adapt(self, text: str, notes: list[str]) -> bool:
         """Fix parameters some models refuse (OpenAI reasoning models); True to retry."""

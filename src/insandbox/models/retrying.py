@@ -155,3 +155,62 @@ class RetryBudget:
         tally = ", ".join(f"{tag} x{n}" for tag, n in Counter(f.tag for f in [*earlier, last]).items())
         why = f"no retries left (max retries {self.max_retries})" if last.retry else "this one is not retried"
         return f"{last.text} ({tries} tries in {time.perf_counter() - self.t0:.1f} s: {tally}; {why})"
+
+
+async def pump_stream(stream: Any, add, on_delta, stall_timeout: float, deadline: float, unit: str) -> None:
+    """Read an SDK stream to its end, handing each item (as a dict) to `add`, which returns the
+    (kind, text) pieces to show. A gap longer than `stall_timeout` raises StreamStalled; passing
+    `deadline` (perf_counter) raises asyncio.TimeoutError. The stream is closed either way."""
+    count = 0
+    try:
+        items = stream.__aiter__()
+        while True:
+            wait = min(stall_timeout, deadline - time.perf_counter())
+            try:
+                item = await asyncio.wait_for(items.__anext__(), max(wait, 0.001))
+            except StopAsyncIteration:
+                return
+            except asyncio.TimeoutError:
+                if wait < stall_timeout:
+                    raise
+                raise StreamStalled(f"the model server's stream sent nothing for {stall_timeout:g} s "
+                                    f"({count} {unit} had come)") from None
+            count += 1
+            for kind, text in add(item.to_dict()):
+                if on_delta is not None:
+                    on_delta(kind, text)
+    finally:
+        await stream.close()
+
+
+def transport_failure(e: BaseException, sdk: Any, base_url: Optional[str], timeout: float, answer: str,
+                      error_text, **hints: str) -> Failure:
+    """A failed try of either SDK (`sdk`: the openai or anthropic module, whose error classes have the
+    same names) as a Failure; `answer` names what a good body is ("a chat completion")."""
+    if isinstance(e, MalformedResponse):
+        return Failure(f"not {answer}", f"the model server answered 200 with something that is not {answer}: {e}",
+                       True)
+    if isinstance(e, StreamStalled):
+        return Failure("stream stalled", str(e), True)
+    if isinstance(e, (asyncio.TimeoutError, sdk.APITimeoutError)):
+        return Failure("timeout", f"the model server did not answer within {timeout:g}s", True)
+    if isinstance(e, sdk.APIConnectionError):
+        cause = e.__cause__ or e
+        if type(cause).__name__ == "ConnectError":
+            return Failure("connection refused", f"cannot reach the model server at {base_url}: {cause}", True)
+        return Failure("connection broken", f"the connection to the model server at {base_url} broke "
+                                            f"before a complete answer: {cause}", True)
+    if isinstance(e, sdk.APIStatusError):
+        return status_failure(e.status_code, error_text(e), e.response.headers, base_url, **hints)
+    if isinstance(e, sdk.APIError):  # an error event inside a stream
+        return Failure("error event", f"the model server sent an error in its stream: {e}", True)
+    return Failure(type(e).__name__, f"bad answer from the model server: {e}", False)
+
+
+def broken_stream(e: BaseException, base_url: Optional[str]) -> Optional[Failure]:
+    """A stream cut mid-way surfaces as the HTTP library's own error, not the SDK's: its Failure,
+    or None for any other exception (a bug, to be raised)."""
+    if type(e).__module__.split(".")[0] not in ("httpx", "httpcore"):
+        return None
+    return Failure("connection broken", f"the connection to the model server at {base_url} broke before a "
+                                        f"complete answer: {e!r}", True)
