@@ -54,6 +54,14 @@ if ! docker info >/dev/null 2>&1; then
     systemctl start docker || true
   fi
   if ! docker info >/dev/null 2>&1; then
+    # Without systemd the root mount is private, and dockerd then bind-mounts its data folder onto
+    # itself when it starts and removes that bind when it stops. A sandbox's disk (a loop mount in
+    # there, src/insandbox/sandbox/disk.py) made while the engine restarts would end up hidden under
+    # the next bind, and its container could never be removed. A data folder that already is a
+    # shared mount point is left alone by dockerd: make it one, once.
+    mkdir -p /var/lib/docker
+    mountpoint -q /var/lib/docker || mount --bind /var/lib/docker /var/lib/docker
+    mount --make-shared /var/lib/docker
     log "starting dockerd in the background (log: /var/log/insandbox-dockerd.log)"
     nohup dockerd >/var/log/insandbox-dockerd.log 2>&1 &
     for _ in $(seq 60); do docker info >/dev/null 2>&1 && break; sleep 0.5; done
