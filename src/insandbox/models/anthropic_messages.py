@@ -37,6 +37,7 @@ from .retrying import (
     Failure,
     MalformedResponse,
     RetryBudget,
+    SDKClient,
     StreamStalled,
     broken_stream,
     excerpt,
@@ -156,14 +157,14 @@ def to_tools(tools: Optional[list[dict]]) -> Optional[list[dict]]:
     return out
 
 
-class AnthropicClient:
+class AnthropicClient(SDKClient):
     def __init__(self, model: str, base_url: Optional[str] = None, api_key: Optional[str] = None,
                  temperature: Optional[float] = None, max_tokens: Optional[int] = None,
                  extra_body: Optional[dict] = None, timeout: float = 600.0, max_retries: int = 5,
                  tool_choice: Optional[str] = "auto", thinking_budget: Optional[int] = None,
                  prompt_caching: bool = True, stream: bool = False, stall_timeout: float = STALL_TIMEOUT_S,
                  backoff: tuple[float, float] = BACKOFF_S, max_retry_after: float = MAX_RETRY_AFTER_S,
-                 tool_format: str = "native", **_ignored):
+                 tool_format: str = "native"):
         self.name = model
         self.base_url = api_root(base_url)
         self.api_key = api_key
@@ -204,11 +205,6 @@ class AnthropicClient:
                                                     timeout=self.timeout, max_retries=0, **kwargs)
         return self._client
 
-    async def close(self) -> None:
-        if self._client is not None:
-            await self._client.close()
-            self._client = None
-
     def request(self, messages: list[dict], tools: Optional[list[dict]]) -> dict:
         """The Messages API request body for this conversation."""
         system, converted = to_messages(messages)
@@ -225,17 +221,8 @@ class AnthropicClient:
         body.update(self.extra_body)
         return body
 
-    async def complete(self, messages: list[dict], tools: Optional[list[dict]] = None) -> ModelReply:
-        t0 = time.perf_counter()
-        try:
-            return await self._complete(messages, tools, t0)
-        except ModelError as e:
-            e.latency_s = time.perf_counter() - t0
-            raise
-
     async def _complete(self, messages: list[dict], tools: Optional[list[dict]], t0: float) -> ModelReply:
-        if self._client is None:
-            await asyncio.get_running_loop().run_in_executor(None, self._sdk)  # the import takes ~0.5 s
+        await self._ready_sdk()
         import anthropic
 
         budget = RetryBudget(self.max_retries, self.backoff, self.max_retry_after)

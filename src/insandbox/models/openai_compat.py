@@ -39,6 +39,7 @@ from .retrying import (
     Failure,
     MalformedResponse,
     RetryBudget,
+    SDKClient,
     StreamStalled,
     broken_stream,
     excerpt,
@@ -85,7 +86,7 @@ def shrink_max_tokens(message: str, current: Optional[int]) -> Optional[int]:
     return None
 
 
-class OpenAIChatClient:
+class OpenAIChatClient(SDKClient):
     def __init__(self, model: str, base_url: Optional[str] = None, api_key: Optional[str] = None,
                  temperature: Optional[float] = None, max_tokens: Optional[int] = None,
                  extra_body: Optional[dict] = None, timeout: float = 600.0, max_retries: int = 5,
@@ -133,26 +134,6 @@ class OpenAIChatClient:
             self._client = openai.AsyncOpenAI(base_url=self.base_url, api_key=self.api_key or "EMPTY",
                                               timeout=self.timeout, max_retries=0, **kwargs)
         return self._client
-
-    async def _ready_sdk(self):
-        """The SDK client, imported on a thread the first time (~0.4 s) so the event loop,
-        busy starting the sandbox meanwhile, is not blocked."""
-        if self._client is None:
-            await asyncio.get_running_loop().run_in_executor(None, self._sdk)
-        return self._client
-
-    async def close(self) -> None:
-        if self._client is not None:
-            await self._client.close()
-            self._client = None
-
-    async def complete(self, messages: list[dict], tools: Optional[list[dict]] = None) -> ModelReply:
-        t0 = time.perf_counter()
-        try:
-            return await self._complete(messages, tools, t0)
-        except ModelError as e:
-            e.latency_s = time.perf_counter() - t0
-            raise
 
     async def _complete(self, messages: list[dict], tools: Optional[list[dict]], t0: float) -> ModelReply:
         client = await self._ready_sdk()

@@ -214,3 +214,36 @@ def broken_stream(e: BaseException, base_url: Optional[str]) -> Optional[Failure
         return None
     return Failure("connection broken", f"the connection to the model server at {base_url} broke before a "
                                         f"complete answer: {e!r}", True)
+
+
+class SDKClient:
+    """What the HTTP clients share around their SDK: the SDK client made on first use (its import
+    runs on a thread, so an event loop busy starting a sandbox is not blocked), closed with them,
+    and a failed request's time kept on the ModelError that ends it. A subclass gives `_sdk()`
+    (make `self._client`) and `_complete(messages, tools, t0)`."""
+
+    _client: Any = None
+
+    def _sdk(self) -> Any:
+        raise NotImplementedError
+
+    async def _ready_sdk(self) -> Any:
+        if self._client is None:
+            await asyncio.get_running_loop().run_in_executor(None, self._sdk)
+        return self._client
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
+
+    async def complete(self, messages: list[dict], tools: Optional[list[dict]] = None):
+        t0 = time.perf_counter()
+        try:
+            return await self._complete(messages, tools, t0)
+        except ModelError as e:
+            e.latency_s = time.perf_counter() - t0
+            raise
+
+    async def _complete(self, messages: list[dict], tools: Optional[list[dict]], t0: float):
+        raise NotImplementedError
