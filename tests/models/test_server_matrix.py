@@ -21,12 +21,8 @@ import pytest
 from insandbox.models import ModelError
 from insandbox.models.anthropic_messages import AnthropicClient
 from insandbox.models.openai_compat import OpenAIChatClient
-from insandbox.tools import default_tools
+from tests.models.conversations import TOOL_NAMES, two_turns
 
-TOOLS = [t.schema() for t in default_tools()]
-TOOL_NAMES = {t["function"]["name"] for t in TOOLS}
-MESSAGES = [{"role": "system", "content": "You are an agent with a Linux computer. Act only through the tools."},
-            {"role": "user", "content": "Run `ls /testbed` with the execute_bash tool."}]
 SCRIPT = {"turns": [{"tool": "execute_bash", "args": {"command": "ls /testbed"}, "content": "Looking."},
                     {"tool": "submit"}]}
 SCRIPT_AS_TEXT = {"turns": [dict(t, as_text=True) for t in SCRIPT["turns"]]}
@@ -38,22 +34,6 @@ def client_for(api: str, model: str, base_url: str, tool_format: str, stream: bo
     if api == "messages":
         return AnthropicClient(model, base_url=base_url, **params)
     return OpenAIChatClient(model, base_url=base_url, **params)
-
-
-def converse(run_async, client) -> list:
-    async def body():
-        try:
-            messages = list(MESSAGES)
-            first = await client.complete(messages, TOOLS)
-            messages.append(first.message)
-            if first.tool_calls and not first.tool_calls_from_text:
-                messages += [{"role": "tool", "tool_call_id": c.id, "content": "notes.txt"} for c in first.tool_calls]
-            else:
-                messages.append({"role": "user", "content": "Use a tool."})
-            return [first, await client.complete(messages, TOOLS)]
-        finally:
-            await client.close()
-    return run_async(body())
 
 
 def check(replies, stream: bool, usage_reported: bool = True) -> None:
@@ -77,7 +57,7 @@ IDS = [f"{fmt}-{'stream' if stream else 'plain'}" for fmt, stream in MODES]
 @pytest.mark.parametrize("tool_format, stream", MODES, ids=IDS)
 def test_llama_server(llama_server, run_async, api, tool_format, stream):
     url = llama_server.root_url if api == "messages" else llama_server.base_url
-    replies = converse(run_async, client_for(api, llama_server.model, url, tool_format, stream))
+    replies = two_turns(run_async, client_for(api, llama_server.model, url, tool_format, stream))
     check(replies, stream)
     # SmolLM2's template shows no tools: native requests reach the model without them; text ones carry them
     assert (replies[0].usage.prompt_tokens > 300) is (tool_format == "text"), replies[0].usage
@@ -93,9 +73,9 @@ def test_llama_cpp_python(llama_cpp_python_server, run_async, tool_format, strea
         # its function-calling format cannot stream with tool_choice auto: it fails inside a 200 with an
         # empty body ("Automatic streaming tool choice is not supported" in its log); a clear error here
         with pytest.raises(ModelError, match="an empty stream .*try without --stream"):
-            converse(run_async, client)
+            two_turns(run_async, client)
         return
-    replies = converse(run_async, client)
+    replies = two_turns(run_async, client)
     check(replies, stream, usage_reported=not stream)  # its streams carry no usage (stream_options ignored)
     assert replies[0].usage.prompt_tokens > 300  # the tools reached the model, either way
     if tool_format == "native" and not stream:  # the function-calling format answers in structured calls
@@ -106,7 +86,7 @@ def test_llama_cpp_python(llama_cpp_python_server, run_async, tool_format, strea
 @pytest.mark.parametrize("tool_format, stream", MODES, ids=IDS)
 def test_scripted(scripted, run_async, api, tool_format, stream):
     srv = scripted(SCRIPT_AS_TEXT if tool_format == "text" else SCRIPT)
-    first, second = converse(run_async, client_for(api, "scripted", srv.url, tool_format, stream))
+    first, second = two_turns(run_async, client_for(api, "scripted", srv.url, tool_format, stream))
     check([first, second], stream)
     calls = [(c.name, json.loads(c.arguments)) for c in first.tool_calls]
     assert calls == [("execute_bash", {"command": "ls /testbed"})]

@@ -10,33 +10,15 @@ import pytest
 
 import insandbox
 from insandbox.models import OpenAIChatClient
-from insandbox.tools import default_tools
+from tests.models.conversations import MESSAGES, TOOL_NAMES, TOOLS, two_turns
 
-TOOLS = [t.schema() for t in default_tools()]
-TOOL_NAMES = {t["function"]["name"] for t in TOOLS}
-MESSAGES = [{"role": "system", "content": "You are an agent with a Linux computer. Act only through the tools."},
-            {"role": "user", "content": "Run `ls /testbed` with the execute_bash tool."}]
 TASK = "Write the word hello to /testbed/answer.txt."
 
 
 def converse(run_async, server, **params) -> list:
-    """Two turns: ask, send back the reply with a result for each call (or a user nudge), ask again."""
-    async def body():
-        client = OpenAIChatClient(server.model, base_url=server.base_url, temperature=0, max_tokens=48,
-                                  max_retries=0, **params)
-        try:
-            messages = list(MESSAGES)
-            first = await client.complete(messages, TOOLS)
-            messages.append(first.message)
-            if first.tool_calls:
-                messages += [{"role": "tool", "tool_call_id": c.id, "content": "notes.txt\ndata.csv"}
-                             for c in first.tool_calls]
-            else:
-                messages.append({"role": "user", "content": "Use a tool."})
-            return [first, await client.complete(messages, TOOLS)]
-        finally:
-            await client.close()
-    return run_async(body())
+    client = OpenAIChatClient(server.model, base_url=server.base_url, temperature=0, max_tokens=48, max_retries=0,
+                              **params)
+    return two_turns(run_async, client)
 
 
 def check_replies(replies) -> None:
