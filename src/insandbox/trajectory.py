@@ -13,8 +13,9 @@ price table, or "local", or "unknown"); each step's `cost_usd` follows from its 
 
 Schema versions: 1 first release; 2 adds failed_requests, output_skipped,
 steps[].nudge_reason, totals.failed_requests, and the exit reasons `stuck` and
-`internal_error`; 3 adds price, steps[].cache_write_tokens, steps[].cost_usd and
-totals.cost_usd. Older files load as they are.
+`internal_error`; 3 adds price, steps[].cache_write_tokens, steps[].cost_usd,
+steps[].time_to_first_token_s, steps[].logprobs and totals.cost_usd. Older files load as
+they are.
 """
 from __future__ import annotations
 
