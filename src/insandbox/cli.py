@@ -340,6 +340,19 @@ def bench(
                                                               "{answer}.")] = None,
     list_tasks: Annotated[bool, typer.Option("--list", help="List the built-in tasks and exit.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+    pool: Annotated[bool, typer.Option(
+        help="Samples take started sandboxes from a pool, started ahead while samples run (--no-pool: each "
+             "sample starts and removes its own).", rich_help_panel="Sandbox pool")] = True,
+    recycle: Annotated[bool, typer.Option(
+        help="The pool recycles a sandbox between samples: every process killed, the filesystem restored to "
+             "the image's, a fresh shell (needs a local engine and root; else fresh sandboxes).",
+        rich_help_panel="Sandbox pool")] = True,
+    pool_size: Annotated[Optional[int], typer.Option(
+        help="Sandboxes alive at most, in use or waiting [default: concurrency + min(concurrency, 8)].",
+        rich_help_panel="Sandbox pool")] = None,
+    max_uses: Annotated[int, typer.Option(
+        help="Samples one recycled sandbox serves before a fresh one replaces it.",
+        rich_help_panel="Sandbox pool")] = 100,
     model: Model = None, base_url: BaseUrl = None, api_key: ApiKey = None, gguf: Gguf = None, prices: Prices = None,
     provider: Provider = None, tool_format: ToolFormat = "native", stream: Stream = False,
     stall_timeout: StallTimeout = 120.0,
@@ -383,7 +396,8 @@ def bench(
                           concurrency=8 if concurrency is None else concurrency, retries=retries,
                           output_dir=output_dir, judge_model=judge_model,
                           judge_base_url=judge_base_url or base_url, judge_api_key=judge_api_key,
-                          judge_prompt=judge_prompt, run=run_cfg)
+                          judge_prompt=judge_prompt, pool=pool, recycle=recycle, pool_size=pool_size,
+                          max_uses=max_uses, run=run_cfg)
     except (BadArgument, ConfigError) as e:
         _fail(str(e))
     except ValueError as e:  # pydantic, for the benchmark's own settings

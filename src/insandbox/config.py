@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from .env import EnvConfig
     from .prompts import PromptConfig
     from .sandbox import SandboxLimits
+    from .sandbox.pool import SandboxPool
 
 DEFAULT_IMAGE = "insandbox:latest"
 TOOL_CHOICES = ("auto", "required", "none")
@@ -176,13 +177,13 @@ class RunConfig(BaseModel):
         return SandboxLimits(self.memory, self.cpus, self.pids_limit, self.network, self.disk, self.runtime,
                              tuple(self.cap_add))
 
-    def env_config(self, prompts: PromptConfig, run_id: str = "") -> EnvConfig:
-        """The environment settings of one episode of this run."""
+    def env_config(self, prompts: PromptConfig, run_id: str = "", pool: Optional[SandboxPool] = None) -> EnvConfig:
+        """The environment settings of one episode of this run (its sandbox from `pool` when given)."""
         from .env import EnvConfig
         from .sandbox import CopyLimits
 
         return EnvConfig(
-            prompts=prompts, image=self.image, backend=self.backend, run_id=run_id,
+            prompts=prompts, image=self.image, backend=self.backend, run_id=run_id, pool=pool,
             limits=self.sandbox_limits(), env_vars=dict(self.env),
             max_steps=self.max_steps, token_budget=self.token_budget, time_limit=self.time_limit,
             stuck_after=self.stuck_after, command_timeout=self.timeout_per_command,

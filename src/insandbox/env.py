@@ -16,6 +16,7 @@ episode), the step count and the "steps left" note the model sees, the limits (t
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +36,7 @@ from .sandbox import (
     Skipped,
     create_sandbox,
 )
+from .sandbox.pool import SandboxPool
 from .tools import Tool, ToolBox, ToolCall, ToolOutput, default_tools
 
 log = logging.getLogger(__name__)
@@ -66,6 +68,7 @@ class EnvConfig:
     copy_limits: CopyLimits = field(default_factory=CopyLimits)  # what comes back from the output folder
     backend: str = "docker"
     run_id: str = ""
+    pool: Optional[SandboxPool] = None  # take started sandboxes from it and give them back (bench, RL)
 
     def episode_limits(self) -> Limits:
         return Limits(max_steps=self.max_steps, token_budget=self.token_budget, time_limit=self.time_limit,
@@ -120,6 +123,7 @@ class SandboxEnv:
         self.episode: Optional[Episode] = None
         self._started = False  # the current episode's sandbox is up
         self._open: list[Sandbox] = []  # created by this env and not removed yet
+        self.ready_s: Optional[float] = None  # this episode: from reset() to the sandbox ready for commands
 
     async def __aenter__(self) -> SandboxEnv:
         return self
@@ -164,10 +168,16 @@ class SandboxEnv:
         if previous is not None:
             await self._remove(previous, quietly=True)
         c, p = self.config, self.config.prompts
-        sandbox = create_sandbox(c.sandbox_spec(), c.backend)
-        self._open.append(sandbox)
-        self.sandbox = sandbox
-        await sandbox.start()
+        t0 = time.perf_counter()
+        if c.pool is not None:
+            sandbox = await c.pool.acquire()
+            self._open.append(sandbox)
+            self.sandbox = sandbox
+        else:
+            sandbox = create_sandbox(c.sandbox_spec(), c.backend)
+            self._open.append(sandbox)
+            self.sandbox = sandbox
+            await sandbox.start()
         if task.input_dir is not None:
             await sandbox.copy_in(Path(task.input_dir), p.input_dir)
         if task.input_files:
@@ -177,6 +187,7 @@ class SandboxEnv:
         if res.exit_code != 0:
             raise SandboxError(f"cannot create {p.input_dir} and {p.output_dir}: {res.stderr.strip()}")
         self._started = True
+        self.ready_s = time.perf_counter() - t0
         return self.prompt_messages(task)
 
     async def step(self, tool_calls: list[ToolCall], parse_errors: Optional[list[str]] = None, *,
@@ -292,6 +303,11 @@ class SandboxEnv:
             raise errors[0]
 
     async def _remove(self, sandbox: Sandbox, quietly: bool = False) -> None:
+        if self.config.pool is not None:  # back to the pool: recycled for another episode, or removed there
+            if sandbox in self._open:
+                self._open.remove(sandbox)
+                self.config.pool.release(sandbox)
+            return
         try:
             await sandbox.close()
         except SandboxError as e:

@@ -25,6 +25,7 @@ from .models.openai_compat import OpenAIChatClient
 from .pricing import Price, PriceTable, is_local, load_prices
 from .prompts import PromptConfig, load_prompt_config
 from .sandbox import OperationError, SandboxError, SandboxSpec, SetupError, backend_class
+from .sandbox.pool import SandboxPool
 from .trajectory import SkippedOutput, StepRecord, Trajectory
 
 
@@ -172,11 +173,12 @@ async def prepare_sandbox(cfg: RunConfig, observer: Optional[RunObserver] = None
 async def arun(query: str, config: Optional[RunConfig] = None, *, observer: Optional[RunObserver] = None,
                model_client: Optional[ModelClient] = None, task_id: str = "", input_files: Optional[dict] = None,
                prompts: Optional[PromptConfig] = None, prepared: bool = False, price: Optional[Price] = None,
-               **overrides: Any) -> RunResult:
+               sandbox_pool: Optional[SandboxPool] = None, **overrides: Any) -> RunResult:
     """Run one task. Keyword overrides are RunConfig fields (model=..., max_steps=...).
     `model_client` (kept open), `prompts` (instead of a prompt-config file), `prepared` (the
     sandbox backend was already prepared) and `price` (of the client's model) let a caller such
-    as the benchmark runner share one client, its own prompts and one price across many runs."""
+    as the benchmark runner share one client, its own prompts and one price across many runs;
+    `sandbox_pool` gives the run a started sandbox and takes it back afterwards (sandbox/pool.py)."""
     cfg = settings(config, overrides)
     observer = observer or _Quiet()
     prompt_source = str(cfg.prompt_config or ("given by the caller" if prompts else "default"))
@@ -207,7 +209,7 @@ async def arun(query: str, config: Optional[RunConfig] = None, *, observer: Opti
         if cfg.mode == "llm":
             traj.answer = await run_llm_once(client, task, prompts, traj, observer.on_step)
         else:
-            env = SandboxEnv(cfg.env_config(prompts, run_id))
+            env = SandboxEnv(cfg.env_config(prompts, run_id, sandbox_pool))
             try:
                 await run_episode(env, client, task, traj, observer.on_step, save)
             finally:
@@ -238,6 +240,8 @@ async def _collect(env: SandboxEnv, traj: Trajectory, result: RunResult, run_dir
     try:
         if env.sandbox is not None:
             traj.sandbox.update(env.sandbox.info())
+            if env.ready_s is not None:
+                traj.sandbox["ready_s"] = round(env.ready_s, 4)
             collected = await env.collect(run_dir / "files")
             traj.answer, result.files = collected.answer, collected.files
             traj.output_files = collected.files

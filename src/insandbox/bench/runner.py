@@ -42,6 +42,7 @@ from ..pricing import Price, PriceTable, load_prices
 from ..prompts import PromptConfig, load_prompt_overrides
 from ..runner import arun, make_model_client, prepare_sandbox, price_of
 from ..sandbox import backend_class
+from ..sandbox.pool import SandboxPool
 from ..trajectory import now_iso
 from . import stats
 from .data import Row, load_rows
@@ -85,6 +86,10 @@ class BenchConfig(BaseModel):
     retries: int = Field(default=2, ge=0)  # per sample, for infrastructure failures
     retry_backoff_s: float = Field(default=2.0, ge=0)  # doubled at each retry, at most 30 s
     engine_wait_s: float = Field(default=300.0, ge=0)  # how long sandbox samples wait for an engine that went away
+    pool: bool = True  # samples take started sandboxes from a pool (sandbox/pool.py) instead of starting their own
+    recycle: bool = True  # the pool recycles a sandbox between samples where the engine allows (sandbox/recycle.py)
+    pool_size: Optional[int] = Field(default=None, ge=1)  # sandboxes alive at most; default: concurrency + a few
+    max_uses: int = Field(default=100, ge=1)  # samples one recycled sandbox serves before a fresh one replaces it
     output_dir: Optional[Path] = None
     runs_root: Path = Path("runs")
     judge_model: Optional[str] = None
@@ -243,6 +248,8 @@ class BenchRun:
         self._infra_streak = 0
         self._stop: Optional[BenchAborted] = None  # set by a sample whose failure stops the run
         self._recorded: set[tuple[str, str, int]] = set()  # samples with a record when the session began
+        self.pool: Optional[SandboxPool] = None
+        self._sandbox_samples_left = 0  # sandbox samples that have not begun yet (the pool's demand)
 
     # ------------------------------------------------------------------ set-up
     def _save_config(self, rows: list[Row]) -> None:
@@ -292,6 +299,22 @@ class BenchRun:
                 except Exception:
                     pass
 
+    def _make_pool(self) -> Optional[SandboxPool]:
+        """One pool for the run's sandbox samples (None with --no-pool: each starts its own)."""
+        if not self.cfg.pool:
+            return None
+        spec = self.cfg.run.env_config(self.prompts, f"bench-{uuid.uuid4().hex[:6]}").sandbox_spec()
+        c = self.cfg.concurrency
+        return SandboxPool(spec, self.cfg.run.backend, size=self.cfg.pool_size or c + min(c, 8),
+                           recycle=self.cfg.recycle, max_uses=self.cfg.max_uses)
+
+    async def _close_pool(self) -> None:
+        if self.pool is not None:
+            try:
+                await self.pool.close()
+            except Exception as e:  # what could not be removed stays for `insandbox clean`
+                self.progress.on_status(f"could not remove every pooled sandbox: {e}")
+
     # ------------------------------------------------------------------ one sample
     async def _run_sample(self, row: Row, repeat: int, mode: str) -> dict:
         rel = Path("samples") / mode / safe_name(row.id) / f"r{repeat}"
@@ -319,7 +342,7 @@ class BenchRun:
             try:
                 result = await arun(row.problem_statement, run, model_client=self.client, prompts=self.prompts,
                                     input_files=row.input_files, task_id=row.id, prepared=True, price=self.price,
-                                    **overrides)
+                                    sandbox_pool=self.pool if sandbox else None, **overrides)
                 crash = None
                 costs.append(result.trajectory.totals.cost_usd or 0.0)
             except (ConfigError, FileNotFoundError):
@@ -407,6 +430,8 @@ class BenchRun:
         total = len(rows) * self.repeats * len(self.modes)
         if "sandbox" in self.modes and todo:
             await prepare_sandbox(self.cfg.run, self.progress)
+            self._sandbox_samples_left = sum(1 for s in todo if s[2] == "sandbox")
+            self.pool = self._make_pool()
         await self._open_clients()
         self.progress.on_start(total, total - len(todo), self.run_dir, self.cfg.concurrency)
         gate = asyncio.Semaphore(self.cfg.concurrency)
@@ -416,6 +441,9 @@ class BenchRun:
         async def one(row: Row, k: int, mode: str) -> None:
             nonlocal finished
             async with gate:
+                if mode == "sandbox" and self.pool is not None:
+                    self._sandbox_samples_left -= 1
+                    self.pool.expect(self._sandbox_samples_left + 1)  # this one included
                 self.progress.on_sample_start(row.id, mode, k)
                 record = await self._run_sample(row, k, mode)
             try:
@@ -440,12 +468,14 @@ class BenchRun:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             self.engine.close()
+            await self._close_pool()
             await self._close_clients()
             try:  # the summary of what is recorded; never in place of why the run stopped
                 self.write_summary(session_wall_s=time.time() - t0, session_samples=finished)
             except OSError:
                 pass
             raise
+        await self._close_pool()
         await self._close_clients()
         try:
             summary = self.write_summary(session_wall_s=time.time() - t0, session_samples=finished)
@@ -462,7 +492,8 @@ class BenchRun:
                        errors=sum(1 for r in records if r.get("error")), updated_at=now_iso(),
                        session={"samples": session_samples, "wall_s": round(session_wall_s, 2),
                                 "samples_per_min": round(session_samples / session_wall_s * 60, 2)
-                                if session_wall_s > 0 else None, "engine_outages": self.engine.outages})
+                                if session_wall_s > 0 else None, "engine_outages": self.engine.outages,
+                                **({"sandbox_pool": self.pool.stats.summary()} if self.pool else {})})
         write_atomic(self.run_dir / SUMMARY_FILE, json.dumps(summary, indent=1))  # a full disk keeps the old one
         return summary
 

@@ -128,6 +128,7 @@ class SandboxSpec:
     # API (~60 ms and engine CPU per call). 0: always the archive API.
     fast_file_max_bytes: int = 1 << 20
     build_image: bool = True  # prepare(): build a missing image when the backend knows how
+    recyclable: bool = False  # keep what recycle() needs, so one container can serve many samples (pool.py)
 
 
 @dataclass

@@ -141,6 +141,10 @@ class DockerSandbox:
         self.network_info: dict = {}  # the registries proxy, in that mode
         self._network_mode, self._env = spec.limits.network, dict(spec.env or {})  # as start() resolves them
         self._closed = False
+        self.uses = 0  # samples this container has served (recycling gives it more than one)
+        self.last_recycle: dict = {}  # what the reset before the current sample did
+        self._restorer = None  # recycle.Restorer, made at start when the spec asks for recycling
+        self._host_files: dict[str, bytes] = {}  # /etc/hosts, resolv.conf, hostname as at start
 
     # ------------------------------------------------------------------ the backend
     @classmethod
@@ -262,6 +266,67 @@ class DockerSandbox:
             await self.close()
             raise
         self.timings.update(create_s=t1 - t0, start_s=t2 - t1, ready_s=time.perf_counter() - t2)
+        self.uses = 1
+        if self.spec.recyclable:
+            await self._keep_for_recycling(api)
+
+    # ------------------------------------------------------------------ recycling (see recycle.py)
+    async def _keep_for_recycling(self, api) -> None:
+        """Note what a reset needs: the container's layers, and the files the engine mounts into it
+        (/etc/hosts, resolv.conf, hostname), which the sample may change and its layer does not hold."""
+        from . import recycle
+
+        info = await engine.call(api.inspect_container, self.container_id)
+        try:
+            self._restorer = recycle.restorer_for(info)
+            await asyncio.to_thread(self._restorer.note_baseline)
+            for key in ("HostsPath", "ResolvConfPath", "HostnamePath"):
+                if info.get(key):
+                    self._host_files[info[key]] = Path(info[key]).read_bytes()
+        except OSError:
+            self._restorer = None  # not recyclable here: a pool closes it after its sample
+
+    @property
+    def alive(self) -> bool:
+        """Started, not closed, and its server still answers (e.g. not cut off by an engine restart)."""
+        return self._channel_alive() and not self._closed
+
+    @property
+    def recyclable(self) -> bool:
+        return self._restorer is not None and self._channel_alive() and not self._closed
+
+    async def recycle(self) -> dict:
+        """Make this sandbox as good as new for another sample: every process killed, /dev/shm and
+        IPC emptied (server.py), the filesystem put back to the image's (recycle.py), the engine's
+        files as at start, a fresh shell in the working folder. Returns what it did; raises
+        SandboxError when it cannot, and the caller must then close it, never reuse it."""
+        from .recycle import RestoreError
+
+        if not self.recyclable:
+            raise SandboxError("this sandbox cannot be recycled (see recycle.recycle_unavailable)")
+        t0 = time.perf_counter()
+        reply = await self._request("reset", 30.0)
+        if reply.get("left"):
+            raise SandboxError(f"{reply['left']} process(es) of the last sample would not die")
+        try:
+            restored = await asyncio.to_thread(self._restore_files)
+        except (OSError, RestoreError) as e:
+            self._restorer = None
+            raise SandboxError(f"could not restore the sandbox's filesystem: {e}") from e
+        await self._request("fresh_shell", 30.0, cwd=self.spec.workdir)
+        self.uses += 1
+        self.last_recycle = {"use": self.uses, "seconds": round(time.perf_counter() - t0, 4),
+                             "killed": reply.get("killed", 0), "cleared": reply.get("cleared", 0),
+                             **restored}
+        return self.last_recycle
+
+    def _restore_files(self) -> dict:
+        stats = self._restorer.restore().as_dict()
+        for path, data in self._host_files.items():
+            if Path(path).read_bytes() != data:
+                Path(path).write_bytes(data)
+                stats["engine_files_restored"] = stats.get("engine_files_restored", 0) + 1
+        return stats
 
     async def _own_filesystem(self, api) -> Optional[str]:
         """On storage that cannot cap a container's disk: a filesystem of that size (disk.py)."""
@@ -312,6 +377,7 @@ class DockerSandbox:
                 "container_id": self.container_id, "limits": vars(self.spec.limits).copy(),
                 "disk_limit": self.disk_limit,
                 "timings": dict(self.timings), "server_info": dict(self.server_info),
+                **({"uses": self.uses, "recycled": dict(self.last_recycle)} if self.uses > 1 else {}),
                 **({"network": dict(self.network_info)} if self.network_info else {})}
 
     async def close(self) -> None:

@@ -565,6 +565,32 @@ class Server(object):
                     todo.append(sub)
         return {"exists": True, "entries": entries, "truncated": False}
 
+    # ---------------------------------------------------------------- recycling
+    def reset(self):
+        """Between two samples: end every process but this server, empty the in-memory folders
+        (/dev/shm, /dev/mqueue, our state folder) and System V IPC. The host then restores the
+        filesystem and asks for a fresh shell. `left`: processes that would not die (the host
+        then discards the container)."""
+        if os.getpid() != 1:
+            raise OSError("recycling needs the server to be the container's init process")
+        if self.shell is not None:
+            self.shell.close()
+            self.shell = None
+        killed, left = end_other_processes(5.0)
+        cleared = 0
+        for folder in ("/dev/shm", "/dev/mqueue", STATE_DIR):
+            cleared += empty_folder(folder)
+        ipc = 0
+        for kind in ("shm", "msg", "sem"):
+            try:
+                with open("/proc/sysvipc/" + kind) as f:
+                    ipc += max(len(f.read().splitlines()) - 1, 0)
+            except (IOError, OSError):
+                pass
+        if ipc:
+            subprocess.call(["ipcrm", "--all"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return {"killed": killed, "left": left, "cleared": cleared, "ipc_removed": ipc}
+
     def reap(self):
         """As PID 1, collect orphans that exited; never touch our own shell."""
         if os.getpid() != 1:
@@ -593,6 +619,11 @@ class Server(object):
             return self.list_tree(req)
         if op == "stat":
             return self.stat_path(req)
+        if op == "reset":
+            return self.reset()
+        if op == "fresh_shell":
+            self.start_shell(req.get("cwd"))
+            return {"pid": self.shell.proc.pid}
         if op == "ping":
             return {"pid": os.getpid()}
         raise ValueError("unknown op %r" % (op,))
@@ -656,6 +687,52 @@ def watch_host(requests):
                 requests.put(line)
     kill_everything_else()
     os._exit(0)
+
+
+def end_other_processes(wait_s):
+    """SIGKILL every process but this one, again and again (a fork bomb keeps forking), reaping
+    them as init, until none is left or wait_s passed. Returns (killed, left)."""
+    me, killed, deadline = os.getpid(), set(), time.time() + wait_s
+    while True:
+        alive = [pid for pid, (_, state, _) in process_table().items() if pid != me and state != "Z"]
+        for pid in alive:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.add(pid)
+            except OSError:
+                pass
+        while True:  # collect the dead
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except OSError:  # no children left
+                break
+            if pid == 0:
+                break
+        if not alive:
+            return len(killed), 0
+        if time.time() > deadline:
+            return len(killed), len(alive)
+        time.sleep(0.01)
+
+
+def empty_folder(folder):
+    """Remove what is in folder (not the folder: it is a mount point); returns how many entries."""
+    import shutil
+
+    try:
+        names = os.listdir(folder)
+    except (IOError, OSError):
+        return 0
+    for name in names:
+        path = os.path.join(folder, name)
+        try:
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                os.unlink(path)
+        except (IOError, OSError):
+            pass
+    return len(names)
 
 
 def kill_everything_else():

@@ -1,0 +1,343 @@
+"""Putting a used container's filesystem back to the image's state, so the next sample can have it.
+
+Starting a container costs the Docker engine ~100 ms of work it does one container at a time,
+so a fresh container per sample caps a machine near 10 samples a second whatever the
+concurrency. Recycling skips the engine: once the in-container server has killed every
+process (server.py, `reset`), this module undoes the sample's changes to the filesystem, and
+the server gives the next sample a fresh shell.
+
+What changed is exactly what the container's overlay upper layer holds: new and modified
+files, whiteouts for deleted ones, opaque folders for replaced ones. Each of those paths is put
+back through the container's merged view (the very mount its processes see, so the overlay's
+own rules apply; the upper layer is only read): new paths are removed, modified or deleted
+ones are copied again from the image's layers (read here with overlayfs' rules: whiteouts,
+opaque folders, the top layer wins), folders get their mode, owner and times back. A restored
+file's copy stays in the upper layer; its inode and ctime are remembered, so a later reset
+skips it unless it was touched again (ctime cannot be set from user space).
+
+The sandbox's processes are all dead while this runs, and every path is reached through
+folder file descriptors opened with O_NOFOLLOW: a symbolic link the model left (say
+`/testbed/x -> /`) can never lead this root process out of the container's tree.
+
+Needs: root, an engine on this machine, the overlay2 driver, its merged view mounted where
+this process sees it (recycle_unavailable() says why not).
+"""
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Optional
+
+OVERLAY_XATTR = "trusted.overlay."
+OPAQUE = "trusted.overlay.opaque"
+REDIRECT = "trusted.overlay.redirect"
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+COPY_CHUNK = 1 << 20
+
+
+class RestoreError(OSError):
+    """The filesystem could not be put back: the container must not be reused."""
+
+
+@dataclass
+class RestoreStats:
+    removed: int = 0  # paths the sample created, removed
+    restored: int = 0  # paths copied again from the image (modified or deleted ones, their contents)
+    restored_bytes: int = 0
+    kept: int = 0  # copies restored by an earlier reset and untouched since
+    fixed_dirs: int = 0  # folders whose mode, owner or times were put back
+    restore_s: float = 0.0
+
+    def as_dict(self) -> dict:
+        return {k: round(v, 4) if isinstance(v, float) else v for k, v in vars(self).items()}
+
+
+def is_whiteout(st: os.stat_result) -> bool:
+    return stat.S_ISCHR(st.st_mode) and st.st_rdev == 0
+
+
+def _xattr(path, name: str, dir_fd: Optional[int] = None) -> Optional[bytes]:
+    try:
+        if dir_fd is not None:  # getxattr has no dir_fd: go through /proc's view of the folder
+            path = f"/proc/self/fd/{dir_fd}/{path}"
+        return os.getxattr(path, name, follow_symlinks=False)
+    except OSError:
+        return None
+
+
+def _lstat(path) -> Optional[os.stat_result]:
+    try:
+        return os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except NotADirectoryError:
+        return None
+
+
+class LayerView:
+    """The image as the container first saw it: its read-only layers (top first), read with
+    overlayfs' rules. Paths are relative to the root, without a leading slash."""
+
+    def __init__(self, lowers: list[str]):
+        self.lowers = [Path(p) for p in lowers]
+        self._stack = lru_cache(maxsize=4096)(self._stack_uncached)
+
+    def _stack_uncached(self, rel: str) -> tuple[Path, ...]:
+        """The layers that hold folder `rel` as a folder, top first (empty: not a folder of the image)."""
+        if rel == "":
+            out = []
+            for layer in self.lowers:
+                out.append(layer)
+                if _xattr(layer, OPAQUE) == b"y":
+                    break
+            return tuple(out)
+        parent = self._stack(os.path.dirname(rel))
+        out = []
+        for layer in parent:
+            p = layer / rel
+            st = _lstat(p)
+            if st is None:
+                continue
+            if is_whiteout(st) or not stat.S_ISDIR(st.st_mode):
+                break  # hides the folders of the layers below
+            out.append(layer)
+            if _xattr(p, OPAQUE) == b"y":
+                break
+        return tuple(out)
+
+    def entry(self, rel: str) -> Optional[Path]:
+        """Where the image's entry at `rel` lives (the top one), or None when the image has none."""
+        for layer in self._stack(os.path.dirname(rel)):
+            p = layer / rel
+            st = _lstat(p)
+            if st is None:
+                continue
+            return None if is_whiteout(st) else p
+        return None
+
+    def listdir(self, rel: str) -> dict[str, Path]:
+        """The image's entries of folder `rel`: name -> where it lives."""
+        found: dict[str, Path] = {}
+        hidden: set[str] = set()
+        for layer in self._stack(rel):
+            with os.scandir(layer / rel) as it:
+                for e in it:
+                    if e.name in found or e.name in hidden:
+                        continue
+                    if is_whiteout(e.stat(follow_symlinks=False)):
+                        hidden.add(e.name)
+                    else:
+                        found[e.name] = Path(e.path)
+        return found
+
+
+@dataclass
+class Restorer:
+    """Restores one container's filesystem; `known` survives between its resets."""
+
+    upper: Path
+    merged: Path
+    view: LayerView
+    known: dict[str, tuple[int, int]] = field(default_factory=dict)  # rel -> (inode, ctime_ns) in upper
+    baseline: dict[str, os.stat_result] = field(default_factory=dict)  # the engine's own folders in upper
+    stats: RestoreStats = field(default_factory=RestoreStats)
+
+    def note_baseline(self) -> None:
+        """Right after the start: what the engine itself put in the upper layer (mount points such as
+        /run/insandbox for the server's tmpfs) is part of the state to come back to. Removing such
+        a folder from here would detach the mount inside the container."""
+        for top, dirs, files in os.walk(self.upper):
+            for name in dirs + files:
+                path = os.path.join(top, name)
+                rel = os.path.relpath(path, self.upper)
+                st = os.lstat(path)
+                self.baseline[rel] = st
+                if not stat.S_ISDIR(st.st_mode):
+                    self.known[rel] = (st.st_ino, st.st_ctime_ns)
+
+    def restore(self) -> RestoreStats:
+        import time
+
+        self.stats = RestoreStats()
+        t0 = time.perf_counter()
+        root = os.open(self.merged, DIR_FLAGS)
+        try:
+            self._walk("", root)
+        finally:
+            os.close(root)
+        self.stats.restore_s = time.perf_counter() - t0
+        return self.stats
+
+    # ---------------------------------------------------------------- the walk
+    def _walk(self, rel: str, mfd: int) -> None:
+        """Undo the changes under folder `rel` (mfd: the merged folder, open)."""
+        try:
+            entries = list(os.scandir(self.upper / rel)) if rel else list(os.scandir(self.upper))
+        except FileNotFoundError:
+            return
+        for e in entries:
+            name, sub = e.name, f"{rel}/{e.name}" if rel else e.name
+            ust = e.stat(follow_symlinks=False)
+            base = self.baseline.get(sub)
+            if base is not None and stat.S_ISDIR(base.st_mode) and stat.S_ISDIR(ust.st_mode):
+                cfd = os.open(name, DIR_FLAGS, dir_fd=mfd)  # the engine's folder: keep it, as it was
+                try:
+                    self._walk(sub, cfd)
+                    self._fix_dir(cfd, base)
+                finally:
+                    os.close(cfd)
+                continue
+            image = self.view.entry(sub)
+            ist = os.lstat(image) if image is not None else None
+            if is_whiteout(ust):  # deleted by the sample
+                if image is not None:
+                    self._copy(image, ist, sub, mfd, name)
+                continue
+            if image is None:  # created by the sample
+                self._remove(mfd, name)
+                self.stats.removed += 1
+                continue
+            if stat.S_ISDIR(ust.st_mode) and stat.S_ISDIR(ist.st_mode):
+                replaced = (_xattr(e.path, OPAQUE) == b"y" or _xattr(e.path, REDIRECT) is not None)
+                if replaced:  # the image's contents are hidden: start the folder again
+                    self._remove(mfd, name)
+                    self._copy(image, ist, sub, mfd, name)
+                    continue
+                cfd = os.open(name, DIR_FLAGS, dir_fd=mfd)
+                try:
+                    self._walk(sub, cfd)
+                    self._fix_dir(cfd, ist)
+                finally:
+                    os.close(cfd)
+                continue
+            if self.known.get(sub) == (ust.st_ino, ust.st_ctime_ns):
+                self.stats.kept += 1  # our own copy from an earlier reset, untouched since
+                continue
+            self._remove(mfd, name)
+            self._copy(image, ist, sub, mfd, name)
+
+    # ---------------------------------------------------------------- operations (all relative to a folder fd)
+    def _remove(self, dfd: int, name: str) -> None:
+        try:
+            st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+        except FileNotFoundError:
+            return
+        if stat.S_ISDIR(st.st_mode):
+            self._rmtree(dfd, name)
+        else:
+            os.unlink(name, dir_fd=dfd)
+
+    def _rmtree(self, dfd: int, name: str) -> None:
+        fd = os.open(name, DIR_FLAGS, dir_fd=dfd)
+        try:
+            for child in os.listdir(fd):
+                st = os.stat(child, dir_fd=fd, follow_symlinks=False)
+                if stat.S_ISDIR(st.st_mode):
+                    self._rmtree(fd, child)
+                else:
+                    os.unlink(child, dir_fd=fd)
+        finally:
+            os.close(fd)
+        os.rmdir(name, dir_fd=dfd)
+
+    def _copy(self, src: Path, st: os.stat_result, rel: str, dfd: int, name: str) -> None:
+        """Recreate the image's entry `rel` (at src) as `name` in the merged folder dfd."""
+        mode = st.st_mode
+        if stat.S_ISDIR(mode):
+            os.mkdir(name, 0o700, dir_fd=dfd)
+            cfd = os.open(name, DIR_FLAGS, dir_fd=dfd)
+            try:
+                for child, where in self.view.listdir(rel).items():
+                    self._copy(where, os.lstat(where), f"{rel}/{child}", cfd, child)
+                self._meta(src, st, cfd)
+            finally:
+                os.close(cfd)
+        elif stat.S_ISREG(mode):
+            out = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                          dir_fd=dfd)
+            try:
+                with open(src, "rb") as f:
+                    while chunk := f.read(COPY_CHUNK):
+                        os.write(out, chunk)
+                self._meta(src, st, out)
+            finally:
+                os.close(out)
+            self.stats.restored_bytes += st.st_size
+        elif stat.S_ISLNK(mode):
+            os.symlink(os.readlink(src), name, dir_fd=dfd)
+            os.chown(name, st.st_uid, st.st_gid, dir_fd=dfd, follow_symlinks=False)
+            os.utime(name, ns=(st.st_atime_ns, st.st_mtime_ns), dir_fd=dfd, follow_symlinks=False)
+        else:  # FIFO, socket, device node
+            os.mknod(name, mode, st.st_rdev, dir_fd=dfd)
+            os.chown(name, st.st_uid, st.st_gid, dir_fd=dfd, follow_symlinks=False)
+            os.utime(name, ns=(st.st_atime_ns, st.st_mtime_ns), dir_fd=dfd, follow_symlinks=False)
+        self.stats.restored += 1
+        if not stat.S_ISDIR(mode):
+            try:
+                ust = os.lstat(self.upper / rel)
+                self.known[rel] = (ust.st_ino, ust.st_ctime_ns)
+            except OSError:
+                pass
+
+    @staticmethod
+    def _meta(src: Path, st: os.stat_result, fd: int) -> None:
+        """Owner, mode (setuid bits after chown, which clears them), extended attributes (file
+        capabilities: ping's cap_net_raw), times, on an open file or folder."""
+        os.chown(fd, st.st_uid, st.st_gid)
+        os.chmod(fd, stat.S_IMODE(st.st_mode))
+        try:
+            names = os.listxattr(src, follow_symlinks=False)
+        except OSError:
+            names = []
+        for attr in names:
+            if attr.startswith(OVERLAY_XATTR):
+                continue
+            try:
+                os.setxattr(fd, attr, os.getxattr(src, attr, follow_symlinks=False))
+            except OSError as e:
+                if e.errno not in (errno.ENOTSUP, errno.EPERM):
+                    raise
+        os.utime(fd, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+    def _fix_dir(self, fd: int, ist: os.stat_result) -> None:
+        """A folder that stayed: its mode, owner and modification time as in the image (creating
+        and removing entries in it moved its mtime)."""
+        cur = os.fstat(fd)
+        changed = False
+        if (cur.st_uid, cur.st_gid) != (ist.st_uid, ist.st_gid):
+            os.chown(fd, ist.st_uid, ist.st_gid)
+            changed = True
+        if stat.S_IMODE(cur.st_mode) != stat.S_IMODE(ist.st_mode):
+            os.chmod(fd, stat.S_IMODE(ist.st_mode))
+            changed = True
+        if cur.st_mtime_ns != ist.st_mtime_ns:
+            os.utime(fd, ns=(ist.st_atime_ns, ist.st_mtime_ns))
+            changed = True
+        self.stats.fixed_dirs += changed
+
+
+def restorer_for(inspect: dict) -> Restorer:
+    """A Restorer for a container, from the engine's inspect of it (raises RestoreError when its
+    layers are not where this process can work on them)."""
+    data = (inspect.get("GraphDriver") or {}).get("Data") or {}
+    upper, merged, lower = data.get("UpperDir"), data.get("MergedDir"), data.get("LowerDir")
+    if not (upper and merged and lower):
+        raise RestoreError(errno.ENOTSUP, "the container's storage is not overlay2 with an image below")
+    if not os.path.ismount(merged):
+        raise RestoreError(errno.ENOENT, f"the container's root ({merged}) is not mounted where this process "
+                                         "sees it (is the engine in another mount namespace?)")
+    return Restorer(Path(upper), Path(merged), LayerView(lower.split(":")))
+
+
+def recycle_unavailable(info: dict) -> Optional[str]:
+    """Why this engine's containers cannot be recycled here (None: they can). `info`: the engine's info."""
+    from .disk import unavailable
+
+    why = unavailable(info)  # same needs: overlay2, a local engine, root (loop devices aside)
+    if why and ("mkfs" in why or "loop devices" in why):
+        return None
+    return why
