@@ -1,13 +1,16 @@
 """Benchmark throughput: samples per minute at several concurrencies, against the ideal.
 
     .venv/bin/python benchmarks/bench_throughput.py [--latency 1.0] [--calls 10] [--concurrency 8 32 64] [--waves 2]
+        [--no-pool | --no-recycle]
 
 A scripted model answers every call after `latency` seconds; each sample makes `calls`
 calls (execute_bash `echo`s, writing the answer, submit), each in its own sandbox, through
 the real `insandbox bench` runner (results store, scoring, summary). With no overhead a
 sample takes latency x calls, so the ideal (latency-bound) rate is
 concurrency x 60 / (latency x calls) samples per minute. Each concurrency runs
-`waves` x concurrency samples.
+`waves` x concurrency samples. By default samples take their sandboxes from the bench's
+pool, which recycles them (sandbox/pool.py); --no-recycle keeps the pool but removes each
+used sandbox, --no-pool gives every sample a sandbox of its own as before the pool.
 """
 from __future__ import annotations
 
@@ -38,7 +41,8 @@ def script(calls: int) -> dict:
     return {"turns": turns}
 
 
-async def measure(concurrency: int, n: int, latency: float, calls: int, work: Path) -> dict:
+async def measure(concurrency: int, n: int, latency: float, calls: int, work: Path, pool: bool = True,
+                  recycle: bool = True) -> dict:
     data = work / f"rows-{concurrency}.jsonl"
     data.write_text("".join(json.dumps({"id": f"s{i}", "problem_statement": f"Throughput probe {i}.",
                                         "ground_truth": "done"}) + "\n" for i in range(n)))
@@ -46,6 +50,7 @@ async def measure(concurrency: int, n: int, latency: float, calls: int, work: Pa
     task.write_text(TASK_YAML)
     with ScriptedServer(script(calls), latency=latency, keep_requests=False) as srv:
         cfg = BenchConfig(task=str(task), data=data, concurrency=concurrency, output_dir=work / f"run-{concurrency}",
+                          pool=pool, recycle=recycle,
                           run=RunConfig(model="scripted", base_url=srv.url, max_steps=calls + 5))
         t0 = time.time()
         result = await run_bench(cfg)
@@ -53,7 +58,9 @@ async def measure(concurrency: int, n: int, latency: float, calls: int, work: Pa
     recs = result.records
     ok = [r for r in recs if r.get("score") == 1.0]
     ideal = concurrency * 60 / (latency * calls)
-    return {"concurrency": concurrency, "samples": len(recs), "correct": len(ok),
+    pooled = result.summary["session"].get("sandbox_pool") or {}
+    return {"started": pooled.get("started", len(recs)), "recycled": pooled.get("recycled", 0),
+            "concurrency": concurrency, "samples": len(recs), "correct": len(ok),
             "errors": sum(1 for r in recs if r.get("error")), "wall_s": wall,
             "per_min": len(recs) / wall * 60, "ideal_per_min": ideal,
             "sample_wall_p50": statistics.median(r["wall_time_s"] for r in recs),
@@ -64,16 +71,17 @@ async def main(a: argparse.Namespace) -> None:
     rows = []
     with tempfile.TemporaryDirectory(prefix="insandbox-throughput-") as tmp:
         for c in a.concurrency:
-            rows.append(await measure(c, c * a.waves, a.latency, a.calls, Path(tmp)))
+            rows.append(await measure(c, c * a.waves, a.latency, a.calls, Path(tmp), not a.no_pool, not a.no_recycle))
             r = rows[-1]
             print(f"  concurrency {c}: {r['samples']} samples in {r['wall_s']:.1f}s", flush=True)
-    print(f"\nscripted model: {a.latency:g} s per call, {a.calls} calls per sample, {a.waves} waves\n")
+    how = "no pool" if a.no_pool else "pool without recycling" if a.no_recycle else "pool with recycling"
+    print(f"\nscripted model: {a.latency:g} s per call, {a.calls} calls per sample, {a.waves} waves; {how}\n")
     print(f"{'concurrency':>11} {'samples':>8} {'errors':>7} {'wall s':>7} {'samples/min':>12} {'ideal/min':>10} "
-          f"{'of ideal':>9} {'sample p50 s':>13} {'overhead/sample s':>18}")
+          f"{'of ideal':>9} {'sample p50 s':>13} {'overhead/sample s':>18} {'containers':>11} {'recycled':>9}")
     for r in rows:
         print(f"{r['concurrency']:>11} {r['samples']:>8} {r['errors']:>7} {r['wall_s']:>7.1f} {r['per_min']:>12.1f} "
               f"{r['ideal_per_min']:>10.1f} {r['per_min'] / r['ideal_per_min']:>9.0%} {r['sample_wall_p50']:>13.1f} "
-              f"{r['overhead_per_sample_s']:>18.2f}")
+              f"{r['overhead_per_sample_s']:>18.2f} {r['started']:>11} {r['recycled']:>9}")
 
 
 if __name__ == "__main__":
@@ -82,4 +90,6 @@ if __name__ == "__main__":
     ap.add_argument("--calls", type=int, default=10)
     ap.add_argument("--concurrency", type=int, nargs="+", default=[8, 32, 64])
     ap.add_argument("--waves", type=int, default=2)
+    ap.add_argument("--no-pool", action="store_true", help="every sample starts and removes its own sandbox")
+    ap.add_argument("--no-recycle", action="store_true", help="the pool removes used sandboxes instead")
     asyncio.run(main(ap.parse_args()))

@@ -14,7 +14,7 @@ from insandbox.bench.data import Row
 from insandbox.bench.runner import BenchConfig, run_bench
 from insandbox.config import RunConfig
 from tests.bench.rows import TASKS, dev_rows, gold_file, gold_reply, wrong_answer
-from tests.helpers import cli
+from tests.helpers import cli, containers_with_label
 
 
 def _write_rows(path: Path, rows) -> Path:
@@ -332,3 +332,37 @@ def test_what_failed_attempts_cost_is_kept_with_the_sample(scripted, run_async, 
     assert record["cost_usd"] == pytest.approx(second) and record["retry_cost_usd"] == pytest.approx(first)
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["cost_usd"] == pytest.approx(first + second)
+
+
+def test_bench_samples_share_recycled_sandboxes_without_seeing_each_other(scripted, run_async, tmp_path,
+                                                                         docker_image):
+    """The default pool recycles containers between samples: each sample lists what it finds, then
+    leaves files, a process and a package behind; every later sample must find the image's state."""
+    task = tmp_path / "probe.yaml"
+    task.write_text("name: probe\nextends: _base\nscorer: exact\ninstance_prompt: |-\n  {problem_statement}\n")
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps({"id": f"p{i}", "problem_statement": f"probe {i}",
+                                        "ground_truth": "documents input output | 0 | none"}) + "\n" for i in range(6)))
+    look = ("echo $(ls -A /testbed) \\| $(pgrep -c sleep) \\| $(ls /usr/local/lib/python3*/dist-packages | "
+            "grep -c leftover || true) > /testbed/answer.txt; sed -i 's/| 0$/| none/' /testbed/answer.txt")
+    leave = ("mkdir -p /usr/local/lib/python3.11/dist-packages/leftover; touch /testbed/leftover /tmp/leftover; "
+             "nohup sleep 600 >/dev/null 2>&1 &")
+    srv = scripted({"turns": [{"tool": "execute_bash", "args": {"command": look}},
+                              {"tool": "execute_bash", "args": {"command": leave}}, {"tool": "submit"}]})
+    cfg = BenchConfig(task=str(task), data=data, concurrency=2, output_dir=tmp_path / "r",
+                      run=RunConfig(model="m", base_url=srv.url, image=docker_image, max_steps=5))
+    result = run_async(run_bench(cfg))
+    assert [r["score"] for r in result.records] == [1.0] * 6, [r.get("answer") for r in result.records]
+    uses = [json.loads((tmp_path / "r" / r["trajectory"]).read_text())["sandbox"].get("uses", 1)
+            for r in result.records]
+    assert max(uses) >= 2, uses  # containers really were shared
+    pool = result.summary["session"]["sandbox_pool"]
+    assert pool["recycled"] >= 1 and pool["started"] < 6
+    assert containers_with_label(f"insandbox.run_id={pool_run_id(result)}") == []
+
+
+def pool_run_id(result) -> str:
+    """The run id the pool's containers carry (recorded in each sandbox sample's trajectory)."""
+    rec = next(r for r in result.records if r["mode"] == "sandbox")
+    name = json.loads((result.run_dir / rec["trajectory"]).read_text())["sandbox"]["name"]
+    return name.rsplit("-", 1)[0].removeprefix("insandbox-")

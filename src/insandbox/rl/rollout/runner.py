@@ -34,6 +34,7 @@ from ...models.base import ModelReply, Usage
 from ...models.tool_text import parse_text_tool_calls
 from ...prompts import PromptConfig, load_prompt_config
 from ...sandbox import SandboxLimits, Skipped
+from ...sandbox.pool import SandboxPool
 from ...trajectory import SkippedOutput, Trajectory
 from ..rewards import Outcome, RewardConfig, RewardResult
 from .chat import ChatFormat
@@ -66,6 +67,8 @@ class RolloutConfig(BaseModel):
     network: str = "bridge"
     command_timeout: float = Field(default=120.0, gt=0)
     output_limit_chars: int = Field(default=16000, ge=200)
+    pool: bool = True  # rollouts of a run_groups() call share a pool of started sandboxes (sandbox/pool.py)
+    recycle: bool = True  # ...recycled between rollouts where the engine allows (sandbox/recycle.py)
 
     def prompts(self) -> PromptConfig:
         return load_prompt_config(self.prompt_config or PROMPTS)
@@ -88,6 +91,7 @@ class Rollouts:
         self.tokenizer = tokenizer
         self.env_template = self.config.env_config()
         self.chat = ChatFormat(tokenizer, SandboxEnv(self.env_template).tool_schemas, self.config.template_kwargs)
+        self.pool: Optional[SandboxPool] = None  # while run_groups() runs (or a caller's own)
 
     # ------------------------------------------------------------------ many
     async def run_groups(self, rows: list[dict], generate: GenerateFn, n: int = 8, concurrency: int = 8,
@@ -95,6 +99,11 @@ class Rollouts:
         """n rollouts of every row (a GRPO group each), at most `concurrency` sandboxes at once;
         records in row order, then sample order."""
         gate = asyncio.Semaphore(concurrency)
+        own_pool = self.pool is None and self.config.pool
+        if own_pool:
+            self.pool = SandboxPool(self.env_template.sandbox_spec(), size=concurrency + min(concurrency, 8),
+                                    recycle=self.config.recycle)
+            self.pool.expect(len(rows) * n)
 
         async def one(i: int, row: dict, k: int) -> RolloutRecord:
             async with gate:
@@ -103,7 +112,12 @@ class Rollouts:
                 on_record(record)
             return record
 
-        return list(await asyncio.gather(*(one(i, row, k) for i, row in enumerate(rows) for k in range(n))))
+        try:
+            return list(await asyncio.gather(*(one(i, row, k) for i, row in enumerate(rows) for k in range(n))))
+        finally:
+            if own_pool:
+                pool, self.pool = self.pool, None
+                await pool.close()
 
     # ------------------------------------------------------------------ one
     async def run(self, row: dict, generate: GenerateFn, group: int = 0, sample: int = 0) -> RolloutRecord:
@@ -151,6 +165,7 @@ class Rollouts:
     async def _episode(self, row: dict, generate: GenerateFn, state: _State) -> None:
         cfg, chat, rec = self.config, self.chat, state.record
         env = SandboxEnv(self.config.env_config(run_id=rec.task_id[:24]))
+        env.config.pool = self.pool
         task = Task(prompt=str(row["problem_statement"]), id=rec.task_id,
                     input_files=dict(row.get("input_files") or {}))
         messages = env.prompt_messages(task)
