@@ -8,7 +8,9 @@ calls (execute_bash `echo`s, writing the answer, submit), each in its own sandbo
 the real `insandbox bench` runner (results store, scoring, summary). With no overhead a
 sample takes latency x calls, so the ideal (latency-bound) rate is
 concurrency x 60 / (latency x calls) samples per minute. Each concurrency runs
-`waves` x concurrency samples. By default samples take their sandboxes from the bench's
+`waves` x concurrency samples; `steady` counts only the samples that finished after every slot had
+its first sandbox and before the slots drain, the rate once the engine's start-up ramp is over.
+By default samples take their sandboxes from the bench's
 pool, which recycles them (sandbox/pool.py); --no-recycle keeps the pool but removes each
 used sandbox, --no-pool gives every sample a sandbox of its own as before the pool.
 """
@@ -59,7 +61,17 @@ async def measure(concurrency: int, n: int, latency: float, calls: int, work: Pa
     ok = [r for r in recs if r.get("score") == 1.0]
     ideal = concurrency * 60 / (latency * calls)
     pooled = result.summary["session"].get("sandbox_pool") or {}
-    return {"started": pooled.get("started", len(recs)), "recycled": pooled.get("recycled", 0),
+    # steady state: from the moment every slot had its first sandbox (the engine's start-up ramp is
+    # over) to one sample's length before the end (slots drain), samples finished per minute
+    run_dir = work / f"run-{concurrency}"
+    first = sorted(recs, key=lambda r: r["started_at"])[:concurrency]
+    ramp_end = max(r["started_at"] + (json.loads((run_dir / r["trajectory"]).read_text())["sandbox"].get("ready_s")
+                                      or 0.0) for r in first)
+    drain = max(r["finished_at"] for r in recs) - latency * calls
+    steady = (sum(1 for r in recs if ramp_end <= r["finished_at"] <= drain) / (drain - ramp_end) * 60
+              if drain - ramp_end > latency * calls else None)
+    return {"steady_per_min": steady, "ramp_s": ramp_end - min(r["started_at"] for r in recs),
+            "started": pooled.get("started", len(recs)), "recycled": pooled.get("recycled", 0),
             "concurrency": concurrency, "samples": len(recs), "correct": len(ok),
             "errors": sum(1 for r in recs if r.get("error")), "wall_s": wall,
             "per_min": len(recs) / wall * 60, "ideal_per_min": ideal,
@@ -77,11 +89,14 @@ async def main(a: argparse.Namespace) -> None:
     how = "no pool" if a.no_pool else "pool without recycling" if a.no_recycle else "pool with recycling"
     print(f"\nscripted model: {a.latency:g} s per call, {a.calls} calls per sample, {a.waves} waves; {how}\n")
     print(f"{'concurrency':>11} {'samples':>8} {'errors':>7} {'wall s':>7} {'samples/min':>12} {'ideal/min':>10} "
-          f"{'of ideal':>9} {'sample p50 s':>13} {'overhead/sample s':>18} {'containers':>11} {'recycled':>9}")
+          f"{'of ideal':>9} {'sample p50 s':>13} {'overhead/sample s':>18} {'containers':>11} {'recycled':>9} "
+          f"{'ramp s':>7} {'steady/min':>11} {'steady of ideal':>16}")
     for r in rows:
         print(f"{r['concurrency']:>11} {r['samples']:>8} {r['errors']:>7} {r['wall_s']:>7.1f} {r['per_min']:>12.1f} "
               f"{r['ideal_per_min']:>10.1f} {r['per_min'] / r['ideal_per_min']:>9.0%} {r['sample_wall_p50']:>13.1f} "
-              f"{r['overhead_per_sample_s']:>18.2f} {r['started']:>11} {r['recycled']:>9}")
+              f"{r['overhead_per_sample_s']:>18.2f} {r['started']:>11} {r['recycled']:>9} {r['ramp_s']:>7.1f} "
+              + (f"{r['steady_per_min']:>11.1f} {r['steady_per_min'] / r['ideal_per_min']:>16.0%}"
+                 if r['steady_per_min'] else f"{'-':>11} {'-':>16}"))
 
 
 if __name__ == "__main__":
