@@ -290,7 +290,8 @@ class Gate:
         self.starting = 0  # admitted, not running yet: not in the host's figures
         self._starting_by_bridge: dict[str, int] = {}
         self.refused_at: Optional[int] = None  # the engine refused a start with this many live: a cap until one closes
-        self.waits = 0  # starts that had to wait
+        self.waits = 0  # starts that had to wait for room
+        self._shortages = 0  # times the first queued start found the host short
         self.retries = 0  # starts retried after a resource refusal
         self._queue: deque[asyncio.Future] = deque()
         self._poke: Optional[asyncio.Future] = None
@@ -413,22 +414,18 @@ class Gate:
         loop = asyncio.get_running_loop()
         turn = loop.create_future()
         self._queue.append(turn)  # first, so that the order is the order of the calls
-        began, waited = time.monotonic(), False
+        began, shortages = time.monotonic(), self._shortages
         try:
             await self.host.look()
             bridge = await self.host.bridge_of(network)
             if self._queue[0] is not turn:
-                waited = True
-                self.waits += 1
                 await turn  # the one before us was admitted (or gave up)
             while True:
                 short = self.shortage(bridge)
                 if short is None:
                     break
                 kind, line = short
-                if not waited:
-                    waited = True
-                    self.waits += 1  # starts that waited, each counted once
+                self._shortages += 1
                 if self._said != kind:
                     self._said = kind
                     queued = len(self._queue) - 1
@@ -442,6 +439,8 @@ class Gate:
             self._queue.remove(turn)
             if self._queue and not self._queue[0].done():
                 self._queue[0].set_result(None)
+        waited = self._shortages != shortages  # the host was short while this start was queued
+        self.waits += waited
         if waited and self._said is not None and not self._queue:
             self.say(f"room again: starts go on (the last waited {time.monotonic() - began:.0f} s)")
             self._said = None
