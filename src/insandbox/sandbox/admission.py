@@ -296,7 +296,7 @@ class Gate:
         self._queue: deque[asyncio.Future] = deque()
         self._poke: Optional[asyncio.Future] = None
         self._reporters: list[Progress] = []
-        self._said: Optional[str] = None  # the kind of shortage last reported (said once per wait)
+        self._said: set[str] = set()  # the kinds of shortage reported while starts wait (each said once)
         self._host: Optional[Host] = None
         self.file_limit = raise_file_limit()
 
@@ -339,7 +339,7 @@ class Gate:
                 max(512 * MiB, mem.get("MemTotal", 0) // 20)
             if mem["MemAvailable"] - reserve < n * t.memory_per_sandbox:
                 return "memory", (f"waiting for memory: {human(mem['MemAvailable'])} available, {human(reserve)} "
-                                  f"reserved, {human(t.memory_per_sandbox)} per sandbox")
+                                  f"reserved, {self.starting} starting at {human(t.memory_per_sandbox)} each")
         why = self._tasks_short(n)
         if why:
             return "tasks", why
@@ -426,8 +426,8 @@ class Gate:
                     break
                 kind, line = short
                 self._shortages += 1
-                if self._said != kind:
-                    self._said = kind
+                if kind not in self._said:
+                    self._said.add(kind)
                     queued = len(self._queue) - 1
                     self.say(line + (f" ({queued} more start{'s' * (queued != 1)} queued)" if queued else ""))
                 self._poke = loop.create_future()
@@ -441,9 +441,9 @@ class Gate:
                 self._queue[0].set_result(None)
         waited = self._shortages != shortages  # the host was short while this start was queued
         self.waits += waited
-        if waited and self._said is not None and not self._queue:
+        if waited and self._said and not self._queue:
             self.say(f"room again: starts go on (the last waited {time.monotonic() - began:.0f} s)")
-            self._said = None
+            self._said = set()
         return bridge
 
     def poke(self) -> None:
@@ -499,9 +499,10 @@ class Gate:
                 raise
 
 
-def _short(e: BaseException, n: int = 160) -> str:
+def _short(e: BaseException, n: int = 200) -> str:
+    """The head and the tail (where the engine puts its reason) of a long message."""
     text = " ".join(str(e).split())
-    return text if len(text) <= n else text[:n - 3] + "..."
+    return text if len(text) <= n else f"{text[:n // 2 - 3]} ... {text[-n // 2:]}"
 
 
 _gate: Optional[Gate] = None
