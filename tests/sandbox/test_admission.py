@@ -204,7 +204,7 @@ def test_thresholds_from_the_environment(monkeypatch):
         Thresholds.from_environment()
 
 
-def test_host_figures_are_the_kernels():
+def test_host_figures_are_the_kernels(docker_image):
     assert admission.host_tasks() > 0
     assert admission.meminfo()["MemAvailable"] <= admission.meminfo()["MemTotal"]
     soft, hard = admission.raise_file_limit()
