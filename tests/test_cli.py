@@ -161,6 +161,9 @@ def test_bad_arguments_exit_2_with_one_line_and_create_nothing(tmp_path, docker_
     assert "--tool-choice" in _one_clear_line(cli("run", "x", "--tool-choice", "any", *base))
     assert "--env wants KEY=VALUE" in _one_clear_line(cli("bench", "chem", "--env", "NOEQUALS", *base))
     assert "--mode is sandbox, llm or both" in _one_clear_line(cli("bench", "chem", "--mode", "x"))
+    assert "--max-sandboxes" in _one_clear_line(cli("run", "x", "--max-sandboxes", "0", *base))
+    assert "INSANDBOX_ADMIT_MEMORY_RESERVE='lots'" in _one_clear_line(
+        cli("run", "x", "--image", docker_image, *base, env={"INSANDBOX_ADMIT_MEMORY_RESERVE": "lots"}))
     assert not run_dir.exists()  # nothing was created for any of them
 
 

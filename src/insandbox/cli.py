@@ -158,6 +158,10 @@ CapAdd = Annotated[Optional[list[str]], typer.Option("--cap-add", help="A capabi
                                                      rich_help_panel=S)]
 EnvVars = Annotated[Optional[list[str]], typer.Option("--env", help="KEY=VALUE set in the sandbox (repeatable).",
                                                       rich_help_panel=S)]
+MaxSandboxes = Annotated[Optional[int], typer.Option(
+    help="Live sandboxes at most; more starts wait for one to close. Starts also wait while the host lacks "
+         "memory, pids, open files or bridge ports [env INSANDBOX_MAX_SANDBOXES; default: no cap].",
+    rich_help_panel=S)]
 CopyFileLimit = Annotated[str, typer.Option(help="Copy-back: files bigger than this stay behind (recorded), e.g. "
                                                  "512m ('none': no limit).", rich_help_panel=S)]
 CopyTotalLimit = Annotated[str, typer.Option(help="Copy-back: at most this much in all, e.g. 1g ('none': no limit).",
@@ -171,7 +175,8 @@ def _shared_settings(*, provider, tool_format, stream, stall_timeout, logprobs, 
                      model, base_url, api_key, gguf, prices, temperature, max_tokens, extra_body, max_retries,
                      request_timeout, send_reasoning, tool_choice, max_steps, token_budget, time_limit, stuck_after,
                      prompt_config, image, timeout_per_command, output_limit, memory, cpus, pids_limit, network, disk,
-                     runtime, cap_add, env, max_output_file_size, max_output_size, max_output_files) -> dict:
+                     runtime, cap_add, env, max_output_file_size, max_output_size, max_output_files,
+                     max_sandboxes) -> dict:
     """RunConfig fields from the shared options; BadArgument for what typer cannot check."""
     from .config import parse_size
 
@@ -214,7 +219,7 @@ def _shared_settings(*, provider, tool_format, stream, stall_timeout, logprobs, 
                cap_add=list(cap_add or []), env=_parse_env(env or []),
                output_max_file_bytes=size("--max-output-file-size", max_output_file_size),
                output_max_bytes=size("--max-output-size", max_output_size),
-               output_max_files=max_output_files or None)
+               output_max_files=max_output_files or None, max_sandboxes=max_sandboxes)
     if max_steps is not None:
         out["max_steps"] = max_steps
     return out
@@ -276,7 +281,7 @@ def run(
     memory: Memory = "4g", cpus: Cpus = 2.0, pids_limit: PidsLimit = 1024, network: Network = "bridge",
     disk: Disk = "10g", runtime: Runtime = None, cap_add: CapAdd = None, env: EnvVars = None,
     max_output_file_size: CopyFileLimit = "512m", max_output_size: CopyTotalLimit = "1g",
-    max_output_files: CopyFilesLimit = 10_000,
+    max_output_files: CopyFilesLimit = 10_000, max_sandboxes: MaxSandboxes = None,
 ) -> None:
     """Run one task: the model works in a fresh sandbox until it submits."""
     from .config import ConfigError
@@ -366,7 +371,7 @@ def bench(
     memory: Memory = "4g", cpus: Cpus = 2.0, pids_limit: PidsLimit = 1024, network: Network = "bridge",
     disk: Disk = "10g", runtime: Runtime = None, cap_add: CapAdd = None, env: EnvVars = None,
     max_output_file_size: CopyFileLimit = "512m", max_output_size: CopyTotalLimit = "1g",
-    max_output_files: CopyFilesLimit = 10_000,
+    max_output_files: CopyFilesLimit = 10_000, max_sandboxes: MaxSandboxes = None,
 ) -> None:
     """Benchmark a model on a task, in sandbox mode, plain mode or both."""
     from .bench.data import DataError

@@ -84,6 +84,8 @@ class RunConfig(BaseModel):
     cap_add: list[str] = Field(default_factory=list)  # capabilities beyond the few a sandbox keeps
     env: dict[str, str] = Field(default_factory=dict)
     build_image: bool = True  # build the image when it is missing (insandbox images only)
+    # live sandboxes of this process at most; more starts wait (sandbox/admission.py); None: $INSANDBOX_MAX_SANDBOXES
+    max_sandboxes: Optional[int] = Field(default=None, ge=1)
 
     # copy-back of the output folder (None: no limit)
     output_max_file_bytes: Optional[int] = Field(default=512 * 1024 ** 2, ge=0)

@@ -161,9 +161,18 @@ async def make_model_client(cfg: RunConfig) -> ModelClient:
 async def prepare_sandbox(cfg: RunConfig, observer: Optional[RunObserver] = None) -> None:
     """Make sure sandboxes of these settings can start (image built on first use, network known)
     before any run folder exists: a bad setting is a ConfigError, a dead engine a SandboxError."""
+    from .sandbox import admission
+
     observer = observer or _Quiet()
     spec = SandboxSpec(image=cfg.image, limits=cfg.sandbox_limits(),
                        build_image=cfg.build_image)
+    try:
+        gate = admission.gate()
+    except ValueError as e:  # a bad INSANDBOX_ADMIT_* setting
+        raise ConfigError(str(e)) from None
+    gate.report_to(observer.on_status)  # why a start waits, on the run's status line
+    if cfg.max_sandboxes is not None:
+        gate.configure(max_sandboxes=cfg.max_sandboxes)
     try:
         await backend_class(cfg.backend).prepare(spec, observer.on_status, observer.on_progress)
     except SetupError as e:

@@ -26,7 +26,7 @@ import uuid
 from pathlib import Path
 from typing import ClassVar, Optional
 
-from . import archive, engine, limits
+from . import admission, archive, engine, limits
 from .base import (
     BLOCK_DEVICE,
     CHAR_DEVICE,
@@ -145,6 +145,7 @@ class DockerSandbox:
         self.last_recycle: dict = {}  # what the reset before the current sample did
         self._restorer = None  # recycle.Restorer, made at start when the spec asks for recycling
         self._host_files: dict[str, bytes] = {}  # /etc/hosts, resolv.conf, hostname as at start
+        self._slot: Optional[admission.Slot] = None  # this sandbox's room on the host
 
     # ------------------------------------------------------------------ the backend
     @classmethod
@@ -222,7 +223,18 @@ class DockerSandbox:
 
     # ------------------------------------------------------------------ lifetime
     async def start(self) -> None:
+        """Waits for room on the host first; a start the engine refuses for want of room waits and is
+        tried again as a fresh container (admission.py)."""
+        await admission.gate().start(self.spec.limits.network, self._start_once, self._fresh_attempt)
+
+    def _fresh_attempt(self) -> None:
+        self.container_id, self.channel, self._closed = None, None, False
+        self.name = f"insandbox-{self.spec.run_id or 'x'}-{uuid.uuid4().hex[:6]}"
+
+    async def _start_once(self, slot: admission.Slot) -> None:
         import docker.errors
+
+        self._slot = slot
 
         api = await engine.call(engine.api)
         lim = self.spec.limits
@@ -384,6 +396,8 @@ class DockerSandbox:
         if self._closed:
             return
         self._closed = True
+        if self._slot is not None:
+            self._slot.release()
         removing = asyncio.ensure_future(self._remove())
         try:
             await asyncio.shield(removing)
