@@ -438,6 +438,68 @@ def report(
     console.print(f"report: {out_dir / 'report.md'}")
 
 
+@app.command()
+def replay(
+    run_dir: Annotated[Path, typer.Argument(help="A run folder, or a benchmark sample's samples/<mode>/<id>/r<k>.")],
+    until: Annotated[Optional[int], typer.Option(help="Replay steps 1..K only.")] = None,
+    ignore: Annotated[Optional[list[str]], typer.Option(
+        "--ignore", help="A regular expression whose matches are replaced by <ignored> in both observations "
+                         "before comparing, e.g. for timings or PIDs (repeatable).")] = None,
+    json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the report (every diff) to this "
+                                                                     "file.")] = None,
+    input_dir: Annotated[Optional[Path], typer.Option(help="Take the input files from this folder instead of the "
+                                                           "recorded ones.")] = None,
+    image: Annotated[Optional[str], typer.Option(help="Replay in this image instead of the recorded one.")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the summary line.")] = False,
+) -> None:
+    """Run a recorded trajectory's tool calls again in a fresh sandbox and report, call by call, where the
+    observations differ. Exit status 0 when the replay ran, whatever it found; 1 when the sandbox failed;
+    2 for bad arguments (no trajectory, input files gone, a bad --ignore)."""
+    from .config import ConfigError
+    from .console import make_console
+    from .replay.inputs import InputsMissing
+    from .replay.replayer import Replayer, ReplayError, load_recorded
+    from .replay.report import print_report, write_json
+    from .runner import prepare_sandbox
+    from .sandbox import SandboxError
+
+    if until is not None and until < 1:
+        _fail("--until: give a step number from 1")
+    try:
+        recorded = load_recorded(run_dir, image)
+        replayer = Replayer(recorded, ignore or [], input_dir)
+    except (ReplayError, InputsMissing) as e:
+        _fail(str(e))
+
+    async def go():
+        await prepare_sandbox(recorded.settings)
+        try:
+            return await replayer.replay(until)
+        finally:
+            await replayer.close()
+
+    try:
+        report, sig = _run_until_done(go)
+    except ConfigError as e:
+        _fail(str(e))
+    except SandboxError as e:
+        _fail(str(e), 1)
+    if sig is not None:
+        raise typer.Exit(128 + sig)
+    console = make_console()
+    if quiet:
+        first = report.first_divergence
+        typer.echo(f"{report.steps_replayed} steps, {report.calls} calls: {report.identical} identical, "
+                   f"{report.differing} differ; first divergence: "
+                   + (f"step {first['step']}, call {first['call']}" if first else "none"))
+    else:
+        print_report(report, console)
+    if json_path is not None:
+        write_json(report, json_path)
+    if report.stopped:
+        raise typer.Exit(1)
+
+
 @image_app.command("build")
 def image_build(
     tag: Annotated[str, typer.Option(help="Image tag to build.")] = "insandbox:latest",
