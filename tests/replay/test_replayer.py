@@ -94,3 +94,22 @@ def test_what_cannot_be_replayed_is_a_clear_error(scripted, run_async, tmp_path,
     run_async(arun("x", model="m", base_url=srv.url, output_dir=tmp_path / "llm", mode="llm"))
     r = cli("replay", str(tmp_path / "llm"))
     assert r.returncode == 2 and "llm-mode run made no tool calls" in r.stderr
+
+
+def test_a_benchmark_sample_replays_with_its_documents(scripted, run_async, tmp_path, docker_image):
+    from insandbox.bench.runner import BenchConfig, run_bench
+    from insandbox.config import RunConfig
+
+    data = tmp_path / "rows.jsonl"
+    data.write_text(json.dumps({"id": "q1", "problem_statement": "What number is in the document?",
+                                "ground_truth": "7", "input_files": {"doc.txt": "seven is 7\n"}}) + "\n")
+    srv = scripted({"turns": [{"tool": "execute_bash", "args": {"command": "grep -o '[0-9]' /testbed/input/doc.txt "
+                                                                           "| tee /testbed/answer.txt"}},
+                              {"tool": "submit"}]})
+    cfg = BenchConfig(task="math", data=data, mode="sandbox", repeats=1, output_dir=tmp_path / "b",
+                      run=RunConfig(model="m", base_url=srv.url, image=docker_image))
+    run_async(run_bench(cfg))
+    sample = tmp_path / "b/samples/sandbox/q1/r0"
+    assert (sample / "inputs/doc.txt").read_text() == "seven is 7\n"
+    report = run_async(replay_run(sample))
+    assert (report.calls, report.identical, report.inputs_match, report.notes) == (2, 2, True, [])

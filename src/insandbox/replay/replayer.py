@@ -83,7 +83,7 @@ def _prompts(traj: Trajectory, run_dir: Path) -> tuple[PromptConfig, list[str]]:
             return load_prompt_config(source), []
         except (OSError, ValueError):
             pass
-    bench_config = run_dir.parent.parent.parent.parent / "config.json"  # <bench>/samples/<mode>/<id>/r<k>
+    bench_config = run_dir.parent.parent.parent.parent / "bench.json"  # <bench>/samples/<mode>/<id>/r<k>
     if bench_config.is_file():
         try:
             task = json.loads(bench_config.read_text(encoding="utf-8")).get("task") or {}
