@@ -10,8 +10,8 @@ by the model's shell), two ways of giving copies the sandbox's files:
   together, each restoring the shell's state. Measured end to end through the real code.
 - host copy (the alternative): pause the container and copy its overlay upper folder on the host
   to a staging folder (the snapshot), then copy the staging folder into each copy's upper folder
-  before it starts. Measured as what it costs: the pause + `cp -a` to staging, then per copy
-  `cp -a` of the staging folder plus a plain sandbox start (median of this run's plain starts).
+  before it starts. Measured as what it costs: the pause + `cp -a` to staging, then N times the
+  `cp -a` of the staging folder, plus N plain sandboxes started together.
 
 Medians over the rounds; "N ready" is from the snapshot's end until all N copies answer.
 """
@@ -91,18 +91,18 @@ async def host_copy_round(image: str, fill: str) -> tuple[float, float]:
         await source.close()
 
 
-async def plain_start(image: str) -> float:
-    sb = create_sandbox(SandboxSpec(image=image, run_id="bench-fork"))
+async def plain_starts(image: str, n: int) -> float:
+    """Seconds until n sandboxes of the image, started together, all answer."""
+    boxes = [create_sandbox(SandboxSpec(image=image, run_id="bench-fork")) for _ in range(n)]
     t = time.perf_counter()
-    await sb.start()
+    await asyncio.gather(*(sb.start() for sb in boxes))
     took = time.perf_counter() - t
-    await sb.close()
+    await asyncio.gather(*(sb.close() for sb in boxes))
     return took
 
 
 async def main(rounds: int, copies: list[int], image: str) -> None:
-    starts = [await plain_start(image) for _ in range(rounds + 2)]
-    start = med(starts)
+    starts = {n: med([await plain_starts(image, n) for _ in range(rounds)]) for n in copies}
     rows = []
     for label, fill in (("near-empty", FILL_EMPTY), ("100 MB", FILL_100MB)):
         for n in copies:
@@ -117,9 +117,10 @@ async def main(rounds: int, copies: list[int], image: str) -> None:
             s, c = await host_copy_round(image, fill)
             snaps.append(s)
             per.append(c)
-        for n in copies:  # copies start one at a time on the engine anyway; the cp's share the disk
-            rows.append((label, "host copy", n, med(snaps), n * (med(per) + start)))
-    print(f"plain sandbox start, median of {len(starts)}: {start * 1000:.0f} ms")
+        for n in copies:  # the copies' cp's share one disk: one after the other, then the starts together
+            rows.append((label, "host copy", n, med(snaps), n * med(per) + starts[n]))
+    print("plain sandboxes started together, until all answer: "
+          + ", ".join(f"{n}: {t * 1000:.0f} ms" for n, t in starts.items()))
     print(f"{'changes':<11} {'method':<10} {'N':>3} {'snapshot':>10} {'N ready':>10} {'per copy':>10} "
           f"{'snapshot + N ready':>19}")
     for label, method, n, s, r in rows:

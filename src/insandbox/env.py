@@ -236,9 +236,9 @@ class SandboxEnv:
         (for RL groups sharing a prefix, or "what if" at step k): the files, the shell's working
         directory, variables, functions and aliases, the step and token counts and the editor's undo
         history are copied; processes are not. They continue independently of each other and of this
-        env. `config` (default: this env's) gives the branches their limits (the time limit counts from
-        the fork) and tools; the sandbox settings stay the snapshot's. Close each branch (or use it as
-        `async with`): the snapshot's image goes with the last one."""
+        env. `config` (default: this env's) gives the branches their limits (the time limit then counts
+        from the fork); the sandbox settings stay the snapshot's and the tools this env's. Close each
+        branch (or use it as `async with`): the snapshot's image goes with the last one."""
         import copy
 
         if self.sandbox is None or not self._started or self.episode is None:
@@ -255,9 +255,8 @@ class SandboxEnv:
             raise
         branches = []
         for sandbox in sandboxes:
-            env = SandboxEnv(config or self.config, self._make_tools if config is None else None)
-            if config is None:
-                env.toolbox = copy.deepcopy(self.toolbox)
+            env = SandboxEnv(config or self.config, self._make_tools)
+            env.toolbox = copy.deepcopy(self.toolbox)
             env.episode = copy.deepcopy(self.episode)
             if config is not None:
                 env.episode.limits = config.episode_limits()

@@ -54,3 +54,23 @@ def test_fork_at_step_2_gives_each_branch_the_state_of_step_2_and_nothing_of_the
 
     r = cli("fork", str(run), "--step", "9", "--n", "2", "--base-url", branch_model.url)
     assert r.returncode == 2 and "--step 9: the run has steps 1..4" in r.stderr
+
+
+def test_the_prefix_ends_before_the_next_reply_and_the_task_text_can_be_replaced():
+    import pytest
+
+    from insandbox.replay.fork import prefix_messages, with_new_task
+    from insandbox.replay.replayer import ReplayError
+
+    msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "Task: add 1+1. Be brief."},
+            {"role": "assistant", "content": "", "tool_calls": [{"id": "1"}]}, {"role": "tool", "content": "r1"},
+            {"role": "assistant", "content": "no call"}, {"role": "user", "content": "nudge"},
+            {"role": "assistant", "content": "", "tool_calls": [{"id": "3"}]}, {"role": "tool", "content": "r3"}]
+    assert prefix_messages(msgs, 0) == msgs[:2]
+    assert prefix_messages(msgs, 1) == msgs[:4]
+    assert prefix_messages(msgs, 2) == msgs[:6]
+    assert prefix_messages(msgs, 3) == msgs
+    new = with_new_task(prefix_messages(msgs, 1), "add 1+1", "add 2+2")
+    assert new[1]["content"] == "Task: add 2+2. Be brief." and msgs[1]["content"] == "Task: add 1+1. Be brief."
+    with pytest.raises(ReplayError, match="not in the first user message"):
+        with_new_task(prefix_messages(msgs, 1), "something else", "x")
