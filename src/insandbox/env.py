@@ -253,9 +253,12 @@ class SandboxEnv:
         except BaseException:
             await snap.remove()
             raise
+        branch_config = copy.copy(config or self.config)
+        if getattr(branch_config, "pool", None) is not None:
+            branch_config.pool = None  # a snapshot's copy is no fresh sandbox: it never goes back to a pool
         branches = []
         for sandbox in sandboxes:
-            env = SandboxEnv(config or self.config, self._make_tools)
+            env = SandboxEnv(branch_config, self._make_tools)
             env.toolbox = copy.deepcopy(self.toolbox)
             env.episode = copy.deepcopy(self.episode)
             if config is not None:
