@@ -141,3 +141,33 @@ def test_a_reset_while_the_model_thinks(run_async, docker_image):
             r = await env.step([_bash("a", "true")])
             assert r.observations[0].output.exit_code == 0
     run_async(body())
+
+
+def test_fork_gives_independent_envs_that_go_on_from_the_episode(run_async, docker_image):
+    """RL groups sharing a prefix: fork an episode, each branch continues on its own."""
+    async def body():
+        async with SandboxEnv(EnvConfig(image=docker_image, max_steps=10)) as env:
+            await env.reset(Task("x"))
+            await env.step([_bash("a", "cd /tmp && export K=v && f() { echo fn; }"),
+                            _edit("b", command="create", path="/tmp/e.txt", file_text="one\n")])
+            await env.step([_edit("c", command="str_replace", path="/tmp/e.txt", old_str="one", new_str="two")])
+            branches = await env.fork(2)
+            snap = branches[0]._snapshot
+            try:
+                for i, b in enumerate(branches):
+                    assert b.steps_left == 8 and b.episode is not env.episode
+                    r = await b.step([_bash("d", f"echo $PWD $K $(f) $(cat e.txt) > mine-{i}; ls mine-*")])
+                    assert r.observations[0].output.text.split()[:1] == [f"mine-{i}"]
+                    r = await b.step([_edit("e", command="undo_edit", path="/tmp/e.txt")])  # history was copied
+                    assert not r.observations[0].output.error
+                    assert (await b.sandbox.read_file(f"/tmp/mine-{i}")).decode() == "/tmp v fn two\n"
+                    assert (await b.sandbox.read_file("/tmp/e.txt")).decode() == "one\n"
+                assert env.steps_left == 8  # the parent went on counting by itself
+                assert (await env.step([_bash("f", "ls mine-* 2>/dev/null | wc -l; cat e.txt")])
+                        ).observations[0].output.text.split()[:2] == ["0", "two"]
+            finally:
+                await branches[0].close()
+                assert not snap.removed  # the other branch still uses the image
+                await branches[1].close()
+            assert snap.removed
+    run_async(body())

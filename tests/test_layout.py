@@ -14,10 +14,11 @@ PACKAGE = REPO / "src" / "insandbox"
 # the Docker backend and its helpers; everything else reaches containers through the Sandbox protocol
 DOCKER_MODULES = {"sandbox/docker.py", "sandbox/engine.py", "sandbox/image.py", "sandbox/cleanup.py",
                   "sandbox/channel.py", "sandbox/archive.py", "sandbox/limits.py", "sandbox/disk.py",
-                  "sandbox/proxy.py", "sandbox/admission.py"}  # admission: its gate's interface is backend-neutral
+                  "sandbox/proxy.py", "sandbox/admission.py",  # admission: its gate's interface is backend-neutral
+                  "sandbox/snapshot.py"}
 DOCKER_IMPORTS = ("docker", "insandbox.sandbox.docker", "insandbox.sandbox.engine", "insandbox.sandbox.image",
                   "insandbox.sandbox.limits", "insandbox.sandbox.disk", "insandbox.sandbox.proxy",
-                  "insandbox.sandbox.cleanup", "insandbox.sandbox.channel")
+                  "insandbox.sandbox.cleanup", "insandbox.sandbox.channel", "insandbox.sandbox.snapshot")
 
 
 def test_tests_are_laid_out_like_the_package():

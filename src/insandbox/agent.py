@@ -44,7 +44,21 @@ async def run_episode(env: SandboxEnv, model: ModelClient, task: Task, traj: Tra
     """Run one task to the end of its episode; sets traj's exit reason. The caller closes the env."""
     messages = env.prompt_messages(task)
     traj.messages, traj.tools = messages, env.tool_schemas
-    starting = asyncio.ensure_future(env.reset(task))
+    await _loop(env, model, asyncio.ensure_future(env.reset(task)), traj, on_step, save)
+
+
+async def continue_episode(env: SandboxEnv, model: ModelClient, traj: Trajectory,
+                           on_step: Optional[StepHook] = None, save: Optional[Callable[[], None]] = None) -> None:
+    """Go on with an episode already in progress (a fork's branch): env holds its sandbox and episode,
+    traj the conversation so far (its messages, which grow in place) and the steps before."""
+    started = asyncio.get_running_loop().create_future()
+    started.set_result(None)
+    await _loop(env, model, started, traj, on_step, save)
+
+
+async def _loop(env: SandboxEnv, model: ModelClient, starting: asyncio.Future, traj: Trajectory,
+                on_step: Optional[StepHook], save: Optional[Callable[[], None]]) -> None:
+    messages = traj.messages
     episode = env.episode
     no_calls = 0  # replies in a row with no tool call, not even an unreadable one
     try:

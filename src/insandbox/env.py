@@ -124,6 +124,7 @@ class SandboxEnv:
         self._started = False  # the current episode's sandbox is up
         self._open: list[Sandbox] = []  # created by this env and not removed yet
         self.ready_s: Optional[float] = None  # this episode: from reset() to the sandbox ready for commands
+        self._snapshot = None  # a forked env: the snapshot its sandbox was started from (released at close)
 
     async def __aenter__(self) -> SandboxEnv:
         return self
@@ -240,6 +241,44 @@ class SandboxEnv:
             return "[1 step left: this is your last reply. Make sure the answer is written, then call submit.]"
         return f"[{left} steps left]"
 
+    async def fork(self, n: int, config: Optional[EnvConfig] = None) -> list[SandboxEnv]:
+        """n environments that go on from this episode as it is now, each in a sandbox of its own
+        (for RL groups sharing a prefix, or "what if" at step k): the files, the shell's working
+        directory, variables, functions and aliases, the step and token counts and the editor's undo
+        history are copied; processes are not. They continue independently of each other and of this
+        env. `config` (default: this env's) gives the branches their limits (the time limit then counts
+        from the fork); the sandbox settings stay the snapshot's and the tools this env's. Close each
+        branch (or use it as `async with`): the snapshot's image goes with the last one."""
+        import copy
+
+        if self.sandbox is None or not self._started or self.episode is None:
+            raise RuntimeError("no episode in progress: await env.reset(task) first")
+        if n < 1:
+            raise ValueError("fork needs n >= 1")
+        if not hasattr(self.sandbox, "snapshot"):
+            raise SandboxError(f"the {self.config.backend} backend cannot snapshot a sandbox")
+        snap = await self.sandbox.snapshot()
+        try:
+            sandboxes = await snap.start_copies(n)
+        except BaseException:
+            await snap.remove()
+            raise
+        branch_config = copy.copy(config or self.config)
+        if getattr(branch_config, "pool", None) is not None:
+            branch_config.pool = None  # a snapshot's copy is no fresh sandbox: it never goes back to a pool
+        branches = []
+        for sandbox in sandboxes:
+            env = SandboxEnv(branch_config, self._make_tools)
+            env.toolbox = copy.deepcopy(self.toolbox)
+            env.episode = copy.deepcopy(self.episode)
+            if config is not None:
+                env.episode.limits = config.episode_limits()
+                env.episode.started = time.monotonic()
+            env.sandbox, env._open, env._started, env._snapshot = sandbox, [sandbox], True, snap
+            snap.acquire()
+            branches.append(env)
+        return branches
+
     # ------------------------------------------------------------------ results
     async def read_answer(self) -> Optional[str]:
         """The answer file's text: {working_dir}/answer.txt, else {output_dir}/answer.txt."""
@@ -299,6 +338,9 @@ class SandboxEnv:
             except SandboxError as e:
                 errors.append(e)
         self.sandbox, self._started = None, False
+        if self._snapshot is not None and not self._open:
+            snap, self._snapshot = self._snapshot, None
+            await snap.release()
         if errors:
             raise errors[0]
 

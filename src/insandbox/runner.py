@@ -207,7 +207,8 @@ async def arun(query: str, config: Optional[RunConfig] = None, *, observer: Opti
         model_info.update(base_url="embedded", gguf=str(getattr(client.server, "gguf", "")))
     traj = Trajectory(run_id=run_id, mode=cfg.mode, config={**cfg.public(), **model_info},
                       task={"id": task_id, "prompt": query, "input_dir": str(cfg.input_dir) if cfg.input_dir else None,
-                            "input_files": sorted(task.input_files), "prompt_config": prompt_source})
+                            "input_files": sorted(task.input_files), "prompt_config": prompt_source,
+                            **_inputs_record(task, run_dir, keep=cfg.mode == "sandbox")})
     traj.set_price(price or price_of(table, cfg, client.name))
     result = RunResult(run_dir, traj)
     save = lambda: traj.save(run_dir / "trajectory.json")  # noqa: E731
@@ -242,6 +243,23 @@ async def arun(query: str, config: Optional[RunConfig] = None, *, observer: Opti
     if cancelled:
         raise asyncio.CancelledError()
     return result
+
+
+def _inputs_record(task: Task, run_dir: Path, keep: bool) -> dict:
+    """What replay and fork need of the inputs: their digests, and (`keep`: sandbox mode, the one they
+    replay) the in-memory files kept in run_dir/inputs/, as nothing else keeps them. Never fails the
+    run: what cannot be kept is left out."""
+    from .replay.inputs import input_digests, save_input_files
+
+    try:
+        record = {"input_digests": input_digests(task.input_dir, task.input_files)}
+        if keep and task.input_files:
+            refused = save_input_files(run_dir, task.input_files)
+            if refused:
+                record["input_files_not_kept"] = refused
+    except OSError as e:
+        return {"input_digests_error": str(e)}
+    return record
 
 
 async def _collect(env: SandboxEnv, traj: Trajectory, result: RunResult, run_dir: Path) -> None:

@@ -112,7 +112,7 @@ class Trajectory(BaseModel):
     mode: str = "sandbox"  # "sandbox" or "llm"
     created_at: str = Field(default_factory=now_iso)
     finished_at: Optional[str] = None
-    task: dict[str, Any] = Field(default_factory=dict)  # prompt, id, input files
+    task: dict[str, Any] = Field(default_factory=dict)  # prompt, id, input files (names, input_digests)
     config: dict[str, Any] = Field(default_factory=dict)  # model and run settings (never the API key)
     sandbox: dict[str, Any] = Field(default_factory=dict)  # image, container, limits, start-up timings
     tools: list[dict] = Field(default_factory=list)  # the schemas offered to the model

@@ -9,7 +9,8 @@ created or has stopped: its owner may be starting it or copying its files back.
 
 The registries proxy and its networks (proxy.py) are shared by every process of the host, so
 they belong to no owner: they go once idle (no sandbox on their network, none joined in the
-last 10 minutes), or with `everything`.
+last 10 minutes), or with `everything`. Snapshot images (snapshot.py) go like containers: once
+their owner is gone and no container uses them.
 """
 from __future__ import annotations
 
@@ -76,4 +77,7 @@ def clean(everything: bool = False, dry_run: bool = False) -> list[Leftover]:
                 if not engine.is_not_found(e):
                     raise
         removed.append(item)
-    return removed + proxy.clean(everything, dry_run, removing={item.id for item in removed})
+    from .snapshot import clean_images  # after the containers: an image in use is kept
+
+    return (removed + proxy.clean(everything, dry_run, removing={item.id for item in removed})
+            + clean_images(everything, dry_run))

@@ -422,6 +422,13 @@ class DockerSandbox:
             LIVE.pop(self.container_id, None)
             UNREMOVED.pop(self.container_id, None)
 
+    async def snapshot(self):
+        """Freeze this sandbox's files and shell state into a `Snapshot` that starts independent copies
+        of it (snapshot.py); call it between commands."""
+        from . import snapshot
+
+        return await snapshot.take(self)
+
     async def _dead_reason(self) -> str:
         """Why the container stopped, from the engine (OOM kill, exit code)."""
         try:

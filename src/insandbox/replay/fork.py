@@ -1,0 +1,162 @@
+"""Fork a recorded run at step k: "what if" with another model or prompt, N times.
+
+    replay steps 1..k in a fresh sandbox (replayer.py)  ->  snapshot it  ->  N copies
+    each copy: the recorded conversation up to step k (+ an extra user message, or another task
+    text), continued by the model in its own run folder, as `insandbox run` would
+
+A branch's trajectory holds the recorded steps 1..k (copied, as the model saw them) followed by
+its own; `config.fork` says where it came from. Its cost and the model's settings are the
+branch's; the sandbox settings are the recorded run's. The branch starts from the replayed state:
+if the replay of steps 1..k differed from the recording, the result says where.
+"""
+from __future__ import annotations
+
+import asyncio
+import copy
+import datetime as _dt
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from ..agent import continue_episode
+from ..config import RunConfig
+from ..pricing import load_prices
+from ..runner import RunResult, _collect, make_model_client, new_run_id, prepare_sandbox, price_of, settings
+from ..sandbox import SandboxError
+from ..trajectory import StepRecord, Trajectory
+from .inputs import INPUTS_DIR
+from .replayer import RecordedRun, Replayer, ReplayError, ReplayReport, load_recorded
+
+# the model's settings: taken from the command line where given, else as recorded
+MODEL_KEYS = ("provider", "model", "base_url", "api_key", "gguf", "temperature", "max_tokens", "extra_body",
+              "tool_choice", "tool_format", "send_reasoning", "thinking_budget", "max_steps", "token_budget",
+              "time_limit", "stuck_after", "max_retries", "request_timeout", "prices")
+
+
+@dataclass
+class ForkResult:
+    replay: ReplayReport  # of steps 1..k
+    branches: list[RunResult] = field(default_factory=list)
+    timings: dict = field(default_factory=dict)  # replay_s, fork_s (snapshot + N copies ready), snapshot's own
+
+
+def branch_settings(recorded: RecordedRun, overrides: dict[str, Any]) -> RunConfig:
+    """The branches' settings: the recorded run's, with the model settings given laid over them: --model
+    alone asks the recorded server for another model, --base-url another server (its first model unless
+    --model names one); nothing given: the recorded model (the embedded one when the run had it)."""
+    base = recorded.settings.model_dump()
+    given = {k: v for k, v in overrides.items() if v is not None}
+    if base.get("base_url") == "embedded" or "gguf" in given:  # a local model served by the fork itself
+        base.update(model=None, base_url=None)
+    elif "base_url" in given:  # another server: its own model unless one is named
+        base.update(model=None)
+    base.update(given)
+    return settings(None, base)
+
+
+def prefix_messages(messages: list[dict], step: int) -> list[dict]:
+    """The conversation as the model had it after step `step`'s results (before its next reply)."""
+    out, replies = [], 0
+    for m in messages:
+        if m.get("role") == "assistant":
+            if replies == step:
+                break
+            replies += 1
+        out.append(copy.deepcopy(m))
+    return out
+
+
+def with_new_task(messages: list[dict], old: str, new: str) -> list[dict]:
+    """The first user message with the task's text replaced (the rest of the instance prompt kept)."""
+    for m in messages:
+        if m.get("role") == "user":
+            if not isinstance(m.get("content"), str) or not old or old not in m["content"]:
+                raise ReplayError("--query-file: the recorded task text is not in the first user message, so it "
+                                  "cannot be replaced; use --prompt-append")
+            m["content"] = m["content"].replace(old, new)
+            return messages
+    raise ReplayError("--query-file: the recorded conversation has no user message")
+
+
+OnStep = Callable[[int, StepRecord], None]
+
+
+async def fork_run(run_dir: Path, step: int, n: int, overrides: Optional[dict[str, Any]] = None, *,
+                   prompt_append: Optional[str] = None, query: Optional[str] = None,
+                   output_dir: Optional[Path] = None, ignore: tuple[str, ...] = (), input_dir: Optional[Path] = None,
+                   on_step: Optional[OnStep] = None) -> ForkResult:
+    """Replay steps 1..step of a run, fork its sandbox n ways and let each branch go on with the model.
+    Branch i's folder: output_dir/branch-i (default RUN_DIR/forks/step-<k>/branch-i)."""
+    run_dir = Path(run_dir)
+    recorded = load_recorded(run_dir)
+    original = recorded.trajectory
+    if not 0 <= step <= len(original.steps):
+        raise ReplayError(f"--step {step}: the run has steps 1..{len(original.steps)} (0: before the first)")
+    if n < 1:
+        raise ReplayError("--n: at least one branch")
+    cfg = branch_settings(recorded, overrides or {})
+    messages = prefix_messages(original.messages, step)
+    if query is not None:
+        messages = with_new_task(messages, str(original.task.get("prompt") or ""), query)
+    if prompt_append:
+        messages.append({"role": "user", "content": prompt_append})
+    replayer = Replayer(recorded, ignore, input_dir)
+    out_root = Path(output_dir) if output_dir else run_dir / "forks" / f"step-{step}"
+    table = load_prices(cfg.prices)
+    await prepare_sandbox(recorded.settings)
+    client = await make_model_client(cfg)
+    try:
+        t0 = time.perf_counter()
+        report = await replayer.replay(until=step)
+        if report.stopped:
+            raise SandboxError(report.stopped)
+        if replayer.env.done:
+            raise ReplayError(f"the run ended ({replayer.env.episode.exit_reason}) at step {step}: fork at an "
+                              "earlier step")
+        t1 = time.perf_counter()
+        envs = await replayer.env.fork(n, cfg.env_config(recorded.prompts, new_run_id()))
+        result = ForkResult(report, timings={"replay_s": t1 - t0, "fork_s": time.perf_counter() - t1})
+        snap = envs[0]._snapshot
+        result.timings.update(snap.timings if snap is not None else {})
+        await replayer.close()  # the replay's own sandbox is not needed any more
+        price = price_of(table, cfg, client.name)
+        runs = [_branch(i, env, client, cfg, recorded, step, n, messages, out_root / f"branch-{i}", price, on_step,
+                        {"prompt_append": prompt_append, "query_replaced": query is not None})
+                for i, env in enumerate(envs, 1)]
+        result.branches = list(await asyncio.gather(*runs))
+        return result
+    finally:
+        await replayer.close()
+        await client.close()
+
+
+async def _branch(i: int, env, client, cfg: RunConfig, recorded: RecordedRun, step: int, n: int,
+                  messages: list[dict], run_dir: Path, price, on_step: Optional[OnStep], how: dict) -> RunResult:
+    original = recorded.trajectory
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if (recorded.run_dir / INPUTS_DIR).is_dir() and not (run_dir / INPUTS_DIR).exists():
+        shutil.copytree(recorded.run_dir / INPUTS_DIR, run_dir / INPUTS_DIR)  # so a branch replays on its own
+    fork = {"from": str(recorded.run_dir), "run_id": original.run_id, "step": step, "branch": i, "of": n, **how}
+    traj = Trajectory(run_id=new_run_id(), mode="sandbox", config={**cfg.public(), "model": client.name, "fork": fork},
+                      task=copy.deepcopy(original.task), tools=env.tool_schemas, messages=copy.deepcopy(messages))
+    for s in original.steps[:step]:
+        traj.add_step(s.model_copy(deep=True))
+    traj.set_price(price)  # what the branch's own steps cost
+    result = RunResult(run_dir, traj)
+    save = lambda: traj.save(run_dir / "trajectory.json")  # noqa: E731
+    save()
+    t0 = time.monotonic()
+    try:
+        await continue_episode(env, client, traj, (lambda s, _t: on_step(i, s)) if on_step else None, save)
+    finally:
+        await _collect(env, traj, result, run_dir)
+        traj.totals.wall_time_s = time.monotonic() - t0
+        traj.finished_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
+        result.answer = traj.answer
+        if traj.answer is not None:
+            (run_dir / "answer.txt").write_text(traj.answer, encoding="utf-8", errors="replace")
+        save()
+    return result

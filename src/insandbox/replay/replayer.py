@@ -1,0 +1,238 @@
+"""Replay: run a recorded trajectory's tool calls again, in order, in a fresh sandbox with the
+recorded image, limits, environment variables and input files, through the same tools, and
+compare each observation with the one the model got.
+
+Nothing is normalised behind the user's back: an observation is `same` only when its text is
+identical, after the `ignore` regular expressions (if any) have replaced what they match in both
+texts with `<ignored>`. Timings, PIDs, dates and temporary names legitimately vary; the user says
+which with `ignore`, and the report lists the patterns it used.
+
+The replayed episode runs without the run's limits (steps, tokens, time, the stuck check): it
+replays what was recorded, however the run ended. `Replayer.env` stays open after `replay()`
+(a fork snapshots it); `close()` removes its sandbox.
+"""
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from ..config import ConfigError, RunConfig, validated
+from ..env import SandboxEnv, Task
+from ..prompts import PromptConfig, load_prompt_config
+from ..tools import ToolCall
+from ..trajectory import Trajectory
+from .inputs import FoundInputs, find_inputs
+
+IGNORED = "<ignored>"
+DIFF_MAX_LINES = 40
+DIFF_MAX_CHARS = 4000
+# recorded settings that replay does not take over: they name host paths or this run's own files
+NOT_REPLAYED = {"api_key", "input_dir", "output_dir", "prompt_config", "gguf", "prices"}
+
+
+class ReplayError(ValueError):
+    """The run folder cannot be replayed (no trajectory, a plain-mode run, inputs gone); the message says why."""
+
+
+@dataclass
+class RecordedRun:
+    run_dir: Path
+    trajectory: Trajectory
+    settings: RunConfig  # the run's sandbox and task settings, as recorded
+    prompts: PromptConfig  # for the sandbox's folders (working, input, output)
+    notes: list[str] = field(default_factory=list)
+
+
+def load_recorded(run_dir: Path, image: Optional[str] = None) -> RecordedRun:
+    """A run folder (`runs/<id>/`, or a benchmark sample `samples/<mode>/<id>/r<k>/`) ready to replay."""
+    run_dir = Path(run_dir)
+    path = run_dir / "trajectory.json"
+    if not path.is_file():
+        raise ReplayError(f"{run_dir}: no trajectory.json (give a run folder, or a benchmark sample's folder "
+                          "samples/<mode>/<id>/r<k>)")
+    try:
+        traj = Trajectory.load(path)
+    except (OSError, ValueError) as e:
+        raise ReplayError(f"{path}: cannot be read ({str(e).splitlines()[0]})") from None
+    if traj.mode != "sandbox":
+        raise ReplayError(f"{run_dir}: a {traj.mode}-mode run made no tool calls; there is nothing to replay")
+    recorded = {k: v for k, v in traj.config.items() if k in RunConfig.model_fields and k not in NOT_REPLAYED}
+    if image:
+        recorded["image"] = image
+    try:
+        settings = validated(recorded)
+    except ConfigError as e:
+        raise ReplayError(f"{path}: the recorded settings do not load ({e})") from None
+    prompts, notes = _prompts(traj, run_dir)
+    return RecordedRun(run_dir, traj, settings, prompts, notes)
+
+
+def _prompts(traj: Trajectory, run_dir: Path) -> tuple[PromptConfig, list[str]]:
+    """The prompt config the run used, for its sandbox folders: the recorded file, a benchmark run's
+    task, else the default (said in a note when that is a guess)."""
+    source = str(traj.task.get("prompt_config") or "default")
+    if source == "default":
+        return load_prompt_config(), []
+    if Path(source).is_file():
+        try:
+            return load_prompt_config(source), []
+        except (OSError, ValueError):
+            pass
+    bench_config = run_dir.parent.parent.parent.parent / "bench.json"  # <bench>/samples/<mode>/<id>/r<k>
+    if bench_config.is_file():
+        try:
+            task = json.loads(bench_config.read_text(encoding="utf-8")).get("task") or {}
+            return PromptConfig.model_validate({"instance_prompt": "", "system_prompt": "", **task}), []
+        except (OSError, ValueError):
+            pass
+    default = load_prompt_config()
+    return default, [f"the run's prompt config ({source}) is not available: the sandbox folders are taken to be "
+                     f"{default.working_dir}, {default.input_dir} and {default.output_dir}"]
+
+
+@dataclass
+class CallComparison:
+    step: int  # 1-based, as recorded
+    call: int  # 1-based within the step
+    tool: str
+    arguments: str
+    status: str  # "same" or "differs"
+    recorded_exit_code: Optional[int] = None
+    replayed_exit_code: Optional[int] = None
+    diff: str = ""  # unified, of the texts after `ignore`, clipped
+
+
+@dataclass
+class ReplayReport:
+    run_dir: str
+    run_id: str
+    steps_recorded: int
+    steps_replayed: int = 0
+    calls: int = 0
+    identical: int = 0
+    differing: int = 0
+    first_divergence: Optional[dict] = None  # {"step", "call", "tool"} of the first call that differs
+    ignore: list[str] = field(default_factory=list)
+    inputs_match: Optional[bool] = None  # None: the run recorded no digests of its inputs
+    notes: list[str] = field(default_factory=list)
+    stopped: Optional[str] = None  # why the replay stopped before its last step (a broken sandbox)
+    comparisons: list[CallComparison] = field(default_factory=list)
+
+    def add(self, c: CallComparison) -> None:
+        self.comparisons.append(c)
+        self.calls += 1
+        if c.status == "same":
+            self.identical += 1
+        else:
+            self.differing += 1
+            if self.first_divergence is None:
+                self.first_divergence = {"step": c.step, "call": c.call, "tool": c.tool}
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def compile_ignores(patterns: Iterable[str]) -> list[re.Pattern]:
+    out = []
+    for p in patterns:
+        try:
+            out.append(re.compile(p))
+        except re.error as e:
+            raise ReplayError(f"--ignore {p!r}: not a regular expression ({e})") from None
+    return out
+
+
+def masked(text: str, ignores: list[re.Pattern]) -> str:
+    for rx in ignores:
+        text = rx.sub(IGNORED, text)
+    return text
+
+
+def clipped_diff(recorded: str, replayed: str) -> str:
+    lines = list(difflib.unified_diff(recorded.splitlines(), replayed.splitlines(), "recorded", "replayed",
+                                      lineterm="", n=1))
+    more = len(lines) - DIFF_MAX_LINES
+    text = "\n".join(lines[:DIFF_MAX_LINES])
+    if len(text) > DIFF_MAX_CHARS:
+        text = text[:DIFF_MAX_CHARS] + " ..."
+    if more > 0:
+        text += f"\n... ({more} more diff lines)"
+    if not lines:  # the texts differ only in line endings or a final newline
+        text = f"recorded {recorded[-40:]!r}\nreplayed {replayed[-40:]!r}"
+    return text
+
+
+OnCall = Callable[[CallComparison], None]
+
+
+class Replayer:
+    """Replays one recorded run; `env` is the replay's live environment until close()."""
+
+    def __init__(self, recorded: RecordedRun, ignore: Iterable[str] = (), input_dir: Optional[Path] = None):
+        self.recorded = recorded
+        self.ignores = compile_ignores(ignore)
+        self.inputs: FoundInputs = find_inputs(recorded.trajectory.task, recorded.run_dir, input_dir)
+        from ..runner import new_run_id
+
+        # no limits: the replay runs what was recorded, however the run ended
+        cfg = recorded.settings.env_config(recorded.prompts, new_run_id())
+        cfg.max_steps, cfg.token_budget, cfg.time_limit, cfg.stuck_after = 1 << 30, None, None, None
+        self.env = SandboxEnv(cfg)
+
+    async def replay(self, until: Optional[int] = None, on_call: Optional[OnCall] = None) -> ReplayReport:
+        """Start the sandbox and run steps 1..until (all when None); a broken sandbox stops the
+        replay (`report.stopped`), the report keeps what was compared."""
+        from ..sandbox import SandboxError
+
+        traj = self.recorded.trajectory
+        report = ReplayReport(str(self.recorded.run_dir), traj.run_id, len(traj.steps),
+                              ignore=[rx.pattern for rx in self.ignores], inputs_match=self.inputs.matches,
+                              notes=self.recorded.notes + self.inputs.notes)
+        steps = traj.steps if until is None else traj.steps[:until]
+        task = Task(prompt=str(traj.task.get("prompt") or ""), id=str(traj.task.get("id") or ""),
+                    input_dir=self.inputs.input_dir, input_files=dict(self.inputs.files))
+        try:
+            await self.env.reset(task)
+            for step in steps:
+                if self.env.done:
+                    report.notes.append(f"the replayed episode ended ({self.env.episode.exit_reason}) before step "
+                                        f"{step.index}")
+                    break
+                calls = [ToolCall(tc.id, tc.name, tc.arguments) for tc in step.tool_calls]
+                result = await self.env.step(calls, tokens=step.prompt_tokens + step.completion_tokens,
+                                             as_text=step.tool_calls_from_text)
+                report.steps_replayed += 1
+                for i, (rec, obs) in enumerate(zip(step.tool_calls, result.observations, strict=True), 1):
+                    c = self._compare(step.index, i, rec, obs)
+                    report.add(c)
+                    if on_call:
+                        on_call(c)
+        except SandboxError as e:
+            report.stopped = f"the sandbox failed: {e}"
+        return report
+
+    def _compare(self, step: int, i: int, rec, obs) -> CallComparison:
+        before, after = masked(rec.output, self.ignores), masked(obs.output.text, self.ignores)
+        same = before == after
+        return CallComparison(step=step, call=i, tool=rec.name, arguments=rec.arguments,
+                              status="same" if same else "differs", recorded_exit_code=rec.exit_code,
+                              replayed_exit_code=obs.output.exit_code, diff="" if same else clipped_diff(before, after))
+
+    async def close(self) -> None:
+        await self.env.close()
+
+
+async def replay_run(run_dir: Path, until: Optional[int] = None, ignore: Iterable[str] = (),
+                     input_dir: Optional[Path] = None, image: Optional[str] = None,
+                     on_call: Optional[OnCall] = None) -> ReplayReport:
+    """Replay a run folder and remove the sandbox: the whole check in one call."""
+    replayer = Replayer(load_recorded(run_dir, image), ignore, input_dir)
+    try:
+        return await replayer.replay(until, on_call)
+    finally:
+        await replayer.close()
