@@ -3,7 +3,8 @@
     .venv/bin/python benchmarks/bench_throughput.py [--latency 1.0] [--calls 10] [--concurrency 8 32 64] [--waves 2]
         [--no-pool | --no-recycle]
 
-A scripted model answers every call after `latency` seconds; each sample makes `calls`
+A scripted model (its own process, like any model server) answers every call after `latency`
+seconds; each sample makes `calls`
 calls (execute_bash `echo`s, writing the answer, submit), each in its own sandbox, through
 the real `insandbox bench` runner (results store, scoring, summary). With no overhead a
 sample takes latency x calls, so the ideal (latency-bound) rate is
@@ -18,15 +19,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import socket
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
+import types
 from pathlib import Path
 
 from insandbox.bench.runner import BenchConfig, run_bench
 from insandbox.config import RunConfig
-from insandbox.models.scripted_server import ScriptedServer
 
 TASK_YAML = """name: throughput
 extends: _base
@@ -43,6 +48,31 @@ def script(calls: int) -> dict:
     return {"turns": turns}
 
 
+@contextlib.contextmanager
+def model_server(turns: dict, latency: float, work: Path):
+    """The scripted model in a process of its own, as a real model server is: in this process it
+    would take the runner's own CPU (and GIL) from it."""
+    path = work / "script.json"
+    path.write_text(json.dumps(turns))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "insandbox", "scripted-server", str(path), "--port", str(port),
+                             "--latency", str(latency)], stderr=subprocess.DEVNULL)
+    srv = types.SimpleNamespace(url=f"http://127.0.0.1:{port}/v1")
+    try:
+        for _ in range(100):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        yield srv
+    finally:
+        proc.terminate()
+        proc.wait()
+
+
 async def measure(concurrency: int, n: int, latency: float, calls: int, work: Path, pool: bool = True,
                   recycle: bool = True) -> dict:
     data = work / f"rows-{concurrency}.jsonl"
@@ -50,7 +80,7 @@ async def measure(concurrency: int, n: int, latency: float, calls: int, work: Pa
                                         "ground_truth": "done"}) + "\n" for i in range(n)))
     task = work / "throughput.yaml"
     task.write_text(TASK_YAML)
-    with ScriptedServer(script(calls), latency=latency, keep_requests=False) as srv:
+    with model_server(script(calls), latency, work) as srv:
         cfg = BenchConfig(task=str(task), data=data, concurrency=concurrency, output_dir=work / f"run-{concurrency}",
                           pool=pool, recycle=recycle,
                           run=RunConfig(model="scripted", base_url=srv.url, max_steps=calls + 5))
