@@ -220,13 +220,29 @@ class EngineWatch:
                        "container(s) it had left; the samples it cut off run again")
 
 
+class SampleExecutor(Protocol):
+    """Where samples run instead of this process (e.g. distributed/bench.py: over a Ray cluster).
+    `run` gives the sample's record once its folder is in the run folder; the run appends it."""
+
+    async def start(self, bench: BenchRun) -> None: ...
+
+    async def run(self, bench: BenchRun, row: Row, repeat: int, mode: str) -> dict: ...
+
+    async def close(self) -> None: ...
+
+
 class BenchRun:
-    def __init__(self, cfg: BenchConfig, run_dir: Optional[Path] = None, progress: Optional[BenchProgress] = None):
+    def __init__(self, cfg: BenchConfig, run_dir: Optional[Path] = None, progress: Optional[BenchProgress] = None,
+                 executor: Optional[SampleExecutor] = None, task: Optional[TaskSpec] = None,
+                 prompts: Optional[PromptConfig] = None):
+        """`task` and `prompts`, when given, stand for the files `cfg` names (a Ray node runs
+        samples of a run whose files are on the driver's machine)."""
         self.cfg = cfg
         self.progress = progress or _Quiet()
-        self.task: TaskSpec = load_task(cfg.task)
-        self.prompts: PromptConfig = self.task.prompts()
-        if cfg.run.prompt_config:  # the user's file replaces the keys it sets, the task keeps the rest
+        self.executor = executor  # None: samples run here
+        self.task: TaskSpec = task or load_task(cfg.task)
+        self.prompts: PromptConfig = prompts or self.task.prompts()
+        if cfg.run.prompt_config and prompts is None:  # the user's file replaces the keys it sets, the task keeps the rest
             self.prompts = self.prompts.model_copy(update=load_prompt_overrides(cfg.run.prompt_config))
         self.run_dir = Path(run_dir or cfg.output_dir or default_run_dir(cfg.runs_root, cfg.task))
         self.store = ResultStore(self.run_dir)
@@ -405,9 +421,11 @@ class BenchRun:
         todo = [(row, k, mode) for row in rows for k in range(self.repeats) for mode in self.modes
                 if (row.id, mode, k) not in done]
         total = len(rows) * self.repeats * len(self.modes)
-        if "sandbox" in self.modes and todo:
+        if "sandbox" in self.modes and todo and self.executor is None:  # an executor's nodes prepare their own
             await prepare_sandbox(self.cfg.run, self.progress)
         await self._open_clients()
+        if self.executor is not None and todo:
+            await self.executor.start(self)
         self.progress.on_start(total, total - len(todo), self.run_dir, self.cfg.concurrency)
         gate = asyncio.Semaphore(self.cfg.concurrency)
         t0 = time.time()
@@ -417,7 +435,8 @@ class BenchRun:
             nonlocal finished
             async with gate:
                 self.progress.on_sample_start(row.id, mode, k)
-                record = await self._run_sample(row, k, mode)
+                record = await (self._run_sample(row, k, mode) if self.executor is None
+                                else self.executor.run(self, row, k, mode))
             try:
                 self.store.append(record)
             except OSError as e:
@@ -441,12 +460,16 @@ class BenchRun:
             await asyncio.gather(*tasks, return_exceptions=True)
             self.engine.close()
             await self._close_clients()
+            if self.executor is not None:
+                await self.executor.close()
             try:  # the summary of what is recorded; never in place of why the run stopped
                 self.write_summary(session_wall_s=time.time() - t0, session_samples=finished)
             except OSError:
                 pass
             raise
         await self._close_clients()
+        if self.executor is not None:
+            await self.executor.close()
         try:
             summary = self.write_summary(session_wall_s=time.time() - t0, session_samples=finished)
         except OSError as e:
@@ -468,10 +491,17 @@ class BenchRun:
 
 
 async def run_bench(cfg: BenchConfig, progress: Optional[BenchProgress] = None,
-                    resume: Optional[Path] = None, concurrency: Optional[int] = None) -> BenchResult:
-    """Run (or, with `resume`, finish) a benchmark."""
+                    resume: Optional[Path] = None, concurrency: Optional[int] = None,
+                    ray: Optional[str] = None) -> BenchResult:
+    """Run (or, with `resume`, finish) a benchmark; with `ray` (a cluster address, or "auto") the
+    samples run on the nodes of that Ray cluster."""
     if resume is not None:
         cfg = load_bench_config(resume)
         if concurrency:
             cfg = cfg.model_copy(update={"concurrency": concurrency})
-    return await BenchRun(cfg, run_dir=resume, progress=progress).run()
+    executor = None
+    if ray:
+        from ..distributed.bench import RayBenchExecutor
+
+        executor = RayBenchExecutor(ray, cfg)
+    return await BenchRun(cfg, run_dir=resume, progress=progress, executor=executor).run()
