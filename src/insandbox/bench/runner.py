@@ -242,7 +242,7 @@ class BenchRun:
         self.executor = executor  # None: samples run here
         self.task: TaskSpec = task or load_task(cfg.task)
         self.prompts: PromptConfig = prompts or self.task.prompts()
-        if cfg.run.prompt_config and prompts is None:  # the user's file replaces the keys it sets, the task keeps the rest
+        if cfg.run.prompt_config and prompts is None:  # the user's file replaces the keys it sets, the task the rest
             self.prompts = self.prompts.model_copy(update=load_prompt_overrides(cfg.run.prompt_config))
         self.run_dir = Path(run_dir or cfg.output_dir or default_run_dir(cfg.runs_root, cfg.task))
         self.store = ResultStore(self.run_dir)
@@ -503,5 +503,9 @@ async def run_bench(cfg: BenchConfig, progress: Optional[BenchProgress] = None,
     if ray:
         from ..distributed.bench import RayBenchExecutor
 
-        executor = RayBenchExecutor(ray, cfg)
-    return await BenchRun(cfg, run_dir=resume, progress=progress, executor=executor).run()
+        executor = RayBenchExecutor(ray, cfg)  # joins the cluster now: a wrong address stops before any folder exists
+    try:
+        return await BenchRun(cfg, run_dir=resume, progress=progress, executor=executor).run()
+    finally:
+        if executor is not None:
+            await executor.close()

@@ -142,10 +142,9 @@ class RayBenchExecutor:
                               "embedded model runs on one machine")
         self.address = address
         self.pool: Optional[NodePool] = None
-        self._connected = False
+        self._connected = connect(address)
 
     async def start(self, bench: BenchRun) -> None:
-        self._connected = connect(self.address)
         run = bench.cfg.run.with_environment()  # the driver's environment (key, URL), not each node's
         if not run.model and bench.client is not None:
             run = run.model_copy(update={"model": bench.client.name})  # the one the driver's server listed

@@ -13,9 +13,11 @@ next look at the cluster (every REFRESH_S, and whenever no worker is left).
 from __future__ import annotations
 
 import logging
+import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 from ..config import ConfigError
 
@@ -43,6 +45,7 @@ def connect(address: str) -> bool:
     ray = ray_module()
     if ray.is_initialized():
         return False
+    _check_reachable(address)
     try:  # the workers' log lines stay on their nodes (in Ray's session logs), not in our progress display
         ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
     except (ConnectionError, RuntimeError, ValueError) as e:
@@ -50,6 +53,20 @@ def connect(address: str) -> bool:
         raise ConfigError(f"--ray {address}: cannot join a Ray cluster there ({why}); start one with "
                           "`ray start --head` (see the README, 'Many machines (Ray)')") from None
     return True
+
+
+def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
+    """A host:port that nothing answers on fails here at once (Ray itself keeps trying for minutes)."""
+    if address == "auto" or "://" in address:
+        return
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise ConfigError(f"--ray {address}: give auto or the head node's HOST:PORT (e.g. 10.0.0.5:6379)")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as e:
+        raise ConfigError(f"--ray {address}: no Ray cluster answers there ({e.strerror or e}); start one with "
+                          "`ray start --head` (see the README, 'Many machines (Ray)')") from None
 
 
 def disconnect() -> None:
