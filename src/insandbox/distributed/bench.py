@@ -20,7 +20,6 @@ import asyncio
 import io
 import ipaddress
 import shutil
-import socket
 import tarfile
 import tempfile
 from pathlib import Path
@@ -48,7 +47,10 @@ def unpack(data: bytes, folder: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     if data:
         with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-            tar.extractall(folder, filter="data")  # relative paths inside `folder` only
+            if hasattr(tarfile, "data_filter"):  # Python >= 3.11.4 / 3.10.12
+                tar.extractall(folder, filter="data")  # relative paths inside `folder` only
+            else:
+                tar.extractall(folder)  # packed by our own node, from a folder it wrote
 
 
 def sample_folder(row_id: str, mode: str, repeat: int) -> Path:
@@ -106,11 +108,6 @@ class BenchNode:
         stop = self.bench._stop
         return {"record": record, "files": files,
                 "stop": None if stop is None else [type(stop).__name__, str(stop)]}
-
-    async def whoami(self) -> dict:
-        import os
-
-        return {"host": socket.gethostname(), "pid": os.getpid()}
 
     async def close(self) -> None:
         """The run is over (or stopped): samples still running here are cancelled (their sandboxes
