@@ -177,3 +177,21 @@ def test_ray_refuses_the_embedded_model_and_an_address_nobody_answers(tmp_path):
             "--ray", "head-without-port", "--output-dir", str(out), "-q")
     assert r.returncode == 2 and "give auto or the head node's HOST:PORT" in r.stderr
     assert not out.exists()  # nothing was created
+
+
+def test_a_sample_folder_survives_the_trip_whole(tmp_path):
+    from insandbox.distributed.bench import pack, unpack
+
+    src = tmp_path / "node" / "r0"
+    (src / "files" / "deep").mkdir(parents=True)
+    (src / "trajectory.json").write_text('{"steps": []}')
+    (src / "files" / "deep" / "data.bin").write_bytes(bytes(range(256)) * 10)
+    dest = tmp_path / "driver" / "r0"
+    dest.mkdir(parents=True)
+    (dest / "trajectory.json").write_text("from a session that was cut off")
+    unpack(pack(src), dest)
+    assert (dest / "trajectory.json").read_text() == '{"steps": []}'  # the new attempt's, over the old
+    assert (dest / "files" / "deep" / "data.bin").read_bytes() == bytes(range(256)) * 10
+    assert pack(tmp_path / "missing") == b""
+    unpack(b"", tmp_path / "empty")
+    assert (tmp_path / "empty").is_dir()
