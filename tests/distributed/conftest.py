@@ -19,7 +19,10 @@ def ray_cluster(docker_image):
     src = str(Path(insandbox.__file__).resolve().parents[1])
     before = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (src, before) if p)
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    # a node killed by a test is known dead in seconds (Ray's default: about half a minute)
+    checks = {"health_check_period_ms": 500, "health_check_timeout_ms": 500, "health_check_failure_threshold": 3}
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False,
+                                                            "_system_config": checks})
     cluster.add_node(num_cpus=1)
     cluster.wait_for_nodes()
     yield cluster

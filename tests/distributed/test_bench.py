@@ -148,6 +148,7 @@ def test_a_lost_nodes_samples_run_again_on_the_others(ray_cluster, scripted, run
     finally:
         killer.join()
         _remove_containers_of(killed)
+        ray_cluster.wait_for_nodes()  # the cluster knows the node is gone before the next test looks at it
     lines = _lines(cfg.output_dir)
     assert sorted(x["id"] for x in lines) == sorted(["quick", *(f"slow{i}" for i in range(5))])  # one each
     assert all(x["score"] == 1.0 and x["error"] is None for x in lines), lines

@@ -25,6 +25,7 @@ SANDBOX_RESOURCE = "insandbox"
 MAX_LOST_PER_CALL = 3  # nodes one call may lose before the run stops: something larger is wrong
 MAX_RESTARTS_PER_NODE = 2  # a worker that keeps dying on a node that lives is a fault of the worker
 REFRESH_S = 30.0
+LOST_NODE_QUIET_S = 60.0  # Ray may list a dead node as alive until its heartbeats are missed: no new worker there
 
 
 class NoNodesLeft(RuntimeError):
@@ -106,6 +107,7 @@ class Node:
     in_flight: int = 0
     restarts: int = 0
     last_error: str = ""
+    lost_at: float = float("-inf")  # monotonic time its worker was last lost
 
 
 class NodePool:
@@ -140,7 +142,7 @@ class NodePool:
                 continue
             if node is None:
                 node = self.nodes[nid] = Node(nid, info.get("NodeManagerAddress", "?"), _weight(info))
-            elif node.restarts >= MAX_RESTARTS_PER_NODE:
+            elif node.restarts >= MAX_RESTARTS_PER_NODE or time.monotonic() - node.lost_at < LOST_NODE_QUIET_S:
                 continue
             else:
                 node.restarts += 1
@@ -168,7 +170,7 @@ class NodePool:
     def _lose(self, node: Node, actor: Any, exc: BaseException) -> None:
         if node.actor is not actor:  # a call beside this one found it first
             return
-        node.actor, node.last_error = None, first_line(exc)
+        node.actor, node.last_error, node.lost_at = None, first_line(exc), time.monotonic()
         self.lost.append({"node": node.id, "address": node.address, "error": node.last_error, "at": time.time()})
         self.on_status(f"Ray node {node.address} ({node.id[:8]}) lost ({node.last_error}); its samples run again "
                        "on the other nodes")
