@@ -2,12 +2,12 @@
 # Install everything insandbox needs on a Debian or Ubuntu machine (run as root), idempotently:
 #   system packages (Docker engine, debootstrap, Python venv, a C++ toolchain) -> a running Docker
 #   engine -> the llama.cpp wheel for the embedded model (built once, cached) -> .venv with
-#   insandbox[dev,local,bench,rl,verl] (torch pinned first) -> with `dev`, llama.cpp's llama-server
+#   insandbox[dev,local,bench,rl,verl,ray] (torch pinned first) -> with `dev`, llama.cpp's llama-server
 #   for the tests against real third-party servers (built once, cached) -> the sandbox image and the
 #   registries proxy's.
 # Re-running it only does what is missing.
 #
-# Env: INSANDBOX_EXTRAS        pip extras to install (default: dev,local,bench,rl,verl)
+# Env: INSANDBOX_EXTRAS        pip extras to install (default: dev,local,bench,rl,verl,ray)
 #      INSANDBOX_TORCH         the torch to install before the rl/verl extras (default torch==2.13.0, the CPU
 #                              build on this kind of machine; a plain `torch` pulls several GB of CUDA packages)
 #      INSANDBOX_WHEEL_CACHE   where the built llama-cpp-python wheel is kept (default ~/.cache/insandbox/wheels)
@@ -74,7 +74,7 @@ if [ ! -x .venv/bin/python ]; then
   log "creating .venv"
   python3 -m venv .venv
 fi
-extras=${INSANDBOX_EXTRAS:-dev,local,bench,rl,verl}
+extras=${INSANDBOX_EXTRAS:-dev,local,bench,rl,verl,ray}
 wheel=""
 if [[ ",$extras," == *",local,"* ]]; then
   # llama.cpp for the embedded model. A native build crashes on machines whose CPU reports

@@ -358,6 +358,9 @@ def bench(
     max_uses: Annotated[int, typer.Option(
         help="Samples one recycled sandbox serves before a fresh one replaces it.",
         rich_help_panel="Sandbox pool")] = 100,
+    ray: Annotated[Optional[str], typer.Option("--ray", help="Run the samples on a Ray cluster: auto (the one "
+                                                             "started on this machine) or its ADDRESS "
+                                                             "(host:port). Needs insandbox[ray].")] = None,
     model: Model = None, base_url: BaseUrl = None, api_key: ApiKey = None, gguf: Gguf = None, prices: Prices = None,
     provider: Provider = None, tool_format: ToolFormat = "native", stream: Stream = False,
     stall_timeout: StallTimeout = 120.0,
@@ -416,7 +419,7 @@ def bench(
         progress = _Quiet()
     try:
         result, sig = _run_until_done(lambda: run_bench(cfg, progress, resume=resume,
-                                                        concurrency=concurrency if resume else None))
+                                                        concurrency=concurrency if resume else None, ray=ray))
     except (ConfigError, DataError, ValueError, FileNotFoundError) as e:
         _fail(str(e))
     except (SandboxError, BenchAborted) as e:

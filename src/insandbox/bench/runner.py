@@ -225,13 +225,29 @@ class EngineWatch:
                        "container(s) it had left; the samples it cut off run again")
 
 
+class SampleExecutor(Protocol):
+    """Where samples run instead of this process (e.g. distributed/bench.py: over a Ray cluster).
+    `run` gives the sample's record once its folder is in the run folder; the run appends it."""
+
+    async def start(self, bench: BenchRun) -> None: ...
+
+    async def run(self, bench: BenchRun, row: Row, repeat: int, mode: str) -> dict: ...
+
+    async def close(self) -> None: ...
+
+
 class BenchRun:
-    def __init__(self, cfg: BenchConfig, run_dir: Optional[Path] = None, progress: Optional[BenchProgress] = None):
+    def __init__(self, cfg: BenchConfig, run_dir: Optional[Path] = None, progress: Optional[BenchProgress] = None,
+                 executor: Optional[SampleExecutor] = None, task: Optional[TaskSpec] = None,
+                 prompts: Optional[PromptConfig] = None):
+        """`task` and `prompts`, when given, stand for the files `cfg` names (a Ray node runs
+        samples of a run whose files are on the driver's machine)."""
         self.cfg = cfg
         self.progress = progress or _Quiet()
-        self.task: TaskSpec = load_task(cfg.task)
-        self.prompts: PromptConfig = self.task.prompts()
-        if cfg.run.prompt_config:  # the user's file replaces the keys it sets, the task keeps the rest
+        self.executor = executor  # None: samples run here
+        self.task: TaskSpec = task or load_task(cfg.task)
+        self.prompts: PromptConfig = prompts or self.task.prompts()
+        if cfg.run.prompt_config and prompts is None:  # the user's file replaces the keys it sets, the task the rest
             self.prompts = self.prompts.model_copy(update=load_prompt_overrides(cfg.run.prompt_config))
         self.run_dir = Path(run_dir or cfg.output_dir or default_run_dir(cfg.runs_root, cfg.task))
         self.store = ResultStore(self.run_dir)
@@ -299,14 +315,15 @@ class BenchRun:
                 except Exception:
                     pass
 
-    def _make_pool(self) -> Optional[SandboxPool]:
-        """One pool for the run's sandbox samples (None with --no-pool: each starts its own)."""
+    def _make_pool(self, prestart: bool = True) -> Optional[SandboxPool]:
+        """One pool for the run's sandbox samples (None with --no-pool: each starts its own).
+        `prestart=False` where the demand is not known (a Ray node): starts only when a sample asks."""
         if not self.cfg.pool:
             return None
         spec = self.cfg.run.env_config(self.prompts, f"bench-{uuid.uuid4().hex[:6]}").sandbox_spec()
         c = self.cfg.concurrency
         return SandboxPool(spec, self.cfg.run.backend, size=self.cfg.pool_size or c + min(c, 8),
-                           recycle=self.cfg.recycle, max_uses=self.cfg.max_uses)
+                           recycle=self.cfg.recycle, max_uses=self.cfg.max_uses, prestart=prestart)
 
     async def _close_pool(self) -> None:
         if self.pool is not None:
@@ -428,11 +445,13 @@ class BenchRun:
         todo = [(row, k, mode) for row in rows for k in range(self.repeats) for mode in self.modes
                 if (row.id, mode, k) not in done]
         total = len(rows) * self.repeats * len(self.modes)
-        if "sandbox" in self.modes and todo:
+        if "sandbox" in self.modes and todo and self.executor is None:  # an executor's nodes prepare their own
             await prepare_sandbox(self.cfg.run, self.progress)
             self._sandbox_samples_left = sum(1 for s in todo if s[2] == "sandbox")
             self.pool = self._make_pool()
         await self._open_clients()
+        if self.executor is not None and todo:
+            await self.executor.start(self)
         self.progress.on_start(total, total - len(todo), self.run_dir, self.cfg.concurrency)
         gate = asyncio.Semaphore(self.cfg.concurrency)
         t0 = time.time()
@@ -445,7 +464,8 @@ class BenchRun:
                     self._sandbox_samples_left -= 1
                     self.pool.expect(self._sandbox_samples_left + 1)  # this one included
                 self.progress.on_sample_start(row.id, mode, k)
-                record = await self._run_sample(row, k, mode)
+                record = await (self._run_sample(row, k, mode) if self.executor is None
+                                else self.executor.run(self, row, k, mode))
             try:
                 self.store.append(record)
             except OSError as e:
@@ -470,6 +490,8 @@ class BenchRun:
             self.engine.close()
             await self._close_pool()
             await self._close_clients()
+            if self.executor is not None:
+                await self.executor.close()
             try:  # the summary of what is recorded; never in place of why the run stopped
                 self.write_summary(session_wall_s=time.time() - t0, session_samples=finished)
             except OSError:
@@ -477,6 +499,8 @@ class BenchRun:
             raise
         await self._close_pool()
         await self._close_clients()
+        if self.executor is not None:
+            await self.executor.close()
         try:
             summary = self.write_summary(session_wall_s=time.time() - t0, session_samples=finished)
         except OSError as e:
@@ -499,10 +523,21 @@ class BenchRun:
 
 
 async def run_bench(cfg: BenchConfig, progress: Optional[BenchProgress] = None,
-                    resume: Optional[Path] = None, concurrency: Optional[int] = None) -> BenchResult:
-    """Run (or, with `resume`, finish) a benchmark."""
+                    resume: Optional[Path] = None, concurrency: Optional[int] = None,
+                    ray: Optional[str] = None) -> BenchResult:
+    """Run (or, with `resume`, finish) a benchmark; with `ray` (a cluster address, or "auto") the
+    samples run on the nodes of that Ray cluster."""
     if resume is not None:
         cfg = load_bench_config(resume)
         if concurrency:
             cfg = cfg.model_copy(update={"concurrency": concurrency})
-    return await BenchRun(cfg, run_dir=resume, progress=progress).run()
+    executor = None
+    if ray:
+        from ..distributed.bench import RayBenchExecutor
+
+        executor = RayBenchExecutor(ray, cfg)  # joins the cluster now: a wrong address stops before any folder exists
+    try:
+        return await BenchRun(cfg, run_dir=resume, progress=progress, executor=executor).run()
+    finally:
+        if executor is not None:
+            await executor.close()

@@ -66,7 +66,7 @@ class PoolStats:
 
 class SandboxPool:
     def __init__(self, spec: SandboxSpec, backend: str = "docker", *, size: int = 8, recycle: bool = True,
-                 max_uses: int = 100, starts_in_flight: int = STARTS_IN_FLIGHT):
+                 max_uses: int = 100, starts_in_flight: int = STARTS_IN_FLIGHT, prestart: bool = True):
         from . import backend_class
 
         self.cls = backend_class(backend)
@@ -74,6 +74,7 @@ class SandboxPool:
         self.size = max(size, 0)  # most sandboxes kept waiting or started ahead
         self.recycle = recycle
         self.max_uses = max_uses
+        self.prestart = prestart  # start sandboxes ahead of the samples (False: only when one asks)
         self.stats = PoolStats()
         self._warm: deque[Sandbox] = deque()
         self._waiters: deque[asyncio.Future] = deque()
@@ -151,7 +152,7 @@ class SandboxPool:
             room = 1  # never leave a sample waiting with nothing on its way
         uncovered = len(self._waiters) - len(self._warm) - self._coming
         # while samples wait for a start, start only theirs: extras would slow the engine for them
-        wanted = uncovered if uncovered > 0 else self._needed() if not self._waiters else 0
+        wanted = uncovered if uncovered > 0 else self._needed() if self.prestart and not self._waiters else 0
         for _ in range(max(min(wanted, room), 0)):
             self._coming += 1  # counted now: the start itself runs later
             self._spawn(self._start_one())

@@ -37,6 +37,8 @@ def rollout(
     multi_choice: Annotated[str, typer.Option(help="Multi-choice reward: exact (the set) or f1.")] = "exact",
     open_answer: Annotated[str, typer.Option("--open", help="Open-answer reward: exact or f1.")] = "exact",
     seed: Annotated[int, typer.Option(help="Sampler seed.")] = 0,
+    ray: Annotated[Optional[str], typer.Option("--ray", help="Run the sandboxes on a Ray cluster: auto or its "
+                                                             "ADDRESS (the policy stays on this machine).")] = None,
 ) -> None:
     """Run token-level rollouts of task rows in sandboxes and write one record per rollout."""
     from ...cli import _fail, _run_until_done
@@ -62,38 +64,78 @@ def rollout(
 
         from ...config import describe
         _fail(describe(e) if isinstance(e, ValidationError) else str(e))
-    result, sig = _run_until_done(lambda: run_rollouts(rows, out, config, reward, n, concurrency, model, gguf, seed))
+    if ray:
+        from ...config import ConfigError
+        from ...distributed.cluster import connect
+
+        try:
+            connect(ray)  # before anything is loaded: a wrong address is one line at once
+        except ConfigError as e:
+            _fail(str(e))
+    result, sig = _run_until_done(lambda: run_rollouts(rows, out, config, reward, n, concurrency, model, gguf, seed,
+                                                       ray=ray))
     if sig is not None:
         raise typer.Exit(128 + sig)
     typer.echo(json.dumps(result["summary"], indent=1))
 
 
 async def run_rollouts(rows: list[dict], out: Path, config, reward, n: int, concurrency: int,
-                       model: Optional[str], gguf: Optional[Path], seed: int) -> dict:
+                       model: Optional[str], gguf: Optional[Path], seed: int, ray: Optional[str] = None) -> dict:
+    """With `ray` (a cluster address or "auto"), the sandboxes run on the cluster's nodes and the
+    policy in one actor on this machine's node (distributed/rollouts.py)."""
+    from functools import partial
+
     from ...config import RunConfig
     from ...runner import prepare_sandbox
     from .backends import load_policy
-    from .check import check_record
     from .runner import Rollouts
+
+    if not ray:
+        await prepare_sandbox(RunConfig(image=config.image, build_image=True))
+        tokenizer, generate = load_policy(model=model, gguf=gguf, seed=seed)
+        rollouts = Rollouts(tokenizer, config, reward)
+        return await _write_rollouts(
+            out, rollouts.chat, lambda write: rollouts.run_groups(rows, generate, n=n, concurrency=concurrency,
+                                                                  on_record=write))
+    from ...distributed.cluster import connect, disconnect
+    from ...distributed.rollouts import RayRollouts
+
+    connected = connect(ray)
+    remote = None
+    try:
+        remote = RayRollouts(partial(load_policy, model=model, gguf=gguf, seed=seed), config, reward, concurrency)
+        chat = Rollouts(remote.tokenizer, config, reward).chat  # for the decode check, here
+        result = await _write_rollouts(out, chat, lambda write: remote.run_groups(rows, n, on_record=write),
+                                       extra={"ray": remote.summary})
+    finally:
+        if remote is not None:
+            await remote.close()
+        if connected:
+            disconnect()
+    return result
+
+
+async def _write_rollouts(out: Path, chat, run, extra: Optional[dict] = None) -> dict:
+    """Run `run(write)`, writing each record as it comes; then the summary."""
+    from .check import check_record
     from .summary import summarize
 
-    await prepare_sandbox(RunConfig(image=config.image, build_image=True))
-    tokenizer, generate = load_policy(model=model, gguf=gguf, seed=seed)
-    rollouts = Rollouts(tokenizer, config, reward)
     out.mkdir(parents=True, exist_ok=True)
     problems: dict[str, list[str]] = {}
     with open(out / "rollouts.jsonl", "w", encoding="utf-8") as f:
         def write(record) -> None:
-            found = check_record(record, rollouts.chat)
+            found = check_record(record, chat)
             if found:
                 problems[record.id] = found
             f.write(record.model_dump_json() + "\n")
             f.flush()
 
         t0 = time.perf_counter()
-        records = await rollouts.run_groups(rows, generate, n=n, concurrency=concurrency, on_record=write)
+        records = await run(write)
         wall = time.perf_counter() - t0
     summary = summarize(records, wall)
     summary["decode_check"] = {"records": len(records), "mismatches": len(problems), "problems": problems}
+    for key, describe in (extra or {}).items():
+        summary[key] = describe()
     (out / "summary.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
     return {"records": records, "summary": summary}

@@ -48,3 +48,16 @@ class ScriptedGenerator:
                 if script["match"] in text:
                     return script["turns"]
         return next((s["turns"] for s in self.scripts if not s.get("match")), [])
+
+
+def load_scripted_policy(scripts: list[dict], latency: float = 0.0, gguf=None, config=None):
+    """(tokenizer, generate) as `load_policy` gives them, the sampler scripted: the embedded model's
+    tokenizer (or `gguf`'s) and a ScriptedGenerator rendering turns with the rollouts' chat format
+    (`config`: a RolloutConfig). A picklable loader for a policy actor: rollouts over Ray in tests
+    and benchmarks."""
+    from ....models.local_server import default_gguf
+    from ..runner import Rollouts
+    from . import load_gguf_tokenizer
+
+    tokenizer = load_gguf_tokenizer(gguf or default_gguf())
+    return tokenizer, ScriptedGenerator(Rollouts(tokenizer, config).chat, scripts, latency)

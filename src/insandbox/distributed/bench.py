@@ -1,0 +1,187 @@
+"""`insandbox bench --ray`: the samples of a benchmark run on the nodes of a Ray cluster.
+
+The driver (the machine that ran `insandbox bench`) keeps everything that is the run's own: the
+rows, the gate of `--concurrency` samples in flight (in all), the results store and the summary.
+Each node has one worker (a `BenchNode` actor, cluster.py) with its own model client, its own
+sandbox engine (prepared, i.e. the image built if missing, on its first sample) and a scratch run
+folder on its own disk. A sample runs there exactly as it runs locally (`BenchRun._run_sample`:
+retries, engine outages, scoring); its folder (trajectory.json, files/, answer.txt) then comes
+back packed with the record, is unpacked into the driver's run folder, and only then is the
+record appended, as each sample finishes. `--resume` therefore works as it always did, with or
+without Ray, on the same results.jsonl.
+
+A sample whose node is lost (the machine, its raylet or the worker process died) is run again
+from the start on another node: the loss is not one of its retries, and is listed in its
+record (`lost_nodes`). Each record names the node that ran it (`node`).
+"""
+from __future__ import annotations
+
+import asyncio
+import io
+import ipaddress
+import shutil
+import tarfile
+import tempfile
+from pathlib import Path
+from typing import Any, Optional
+from urllib.parse import urlparse
+
+from ..bench.data import Row
+from ..bench.runner import BenchAborted, BenchConfig, BenchRun, EngineOutage, safe_name
+from ..config import ConfigError
+from .cluster import NodePool, NoNodesLeft, connect, disconnect
+
+
+def pack(folder: Path) -> bytes:
+    """A folder as a gzipped tar (empty bytes for a folder that is not there)."""
+    if not folder.is_dir():
+        return b""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz", compresslevel=1) as tar:
+        tar.add(folder, arcname=".")
+    return buf.getvalue()
+
+
+def unpack(data: bytes, folder: Path) -> None:
+    """Unpack what `pack` made into `folder` (over what an earlier, cut-off session left there)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if data:
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+            if hasattr(tarfile, "data_filter"):  # Python >= 3.11.4 / 3.10.12
+                tar.extractall(folder, filter="data")  # relative paths inside `folder` only
+            else:
+                tar.extractall(folder)  # packed by our own node, from a folder it wrote
+
+
+def sample_folder(row_id: str, mode: str, repeat: int) -> Path:
+    """The sample's folder inside a run folder, as BenchRun._run_sample names it."""
+    return Path("samples") / mode / safe_name(row_id) / f"r{repeat}"
+
+
+class BenchNode:
+    """The worker on one node: runs samples of one benchmark run, many at once (an async actor)."""
+
+    def __init__(self, cfg: BenchConfig, task, prompts, max_steps: Optional[int], prices,
+                 judge_prompt: Optional[str]):
+        self.scratch = Path(tempfile.mkdtemp(prefix="insandbox-ray-"))
+        if judge_prompt is not None:  # the driver's file, as text: written here for the scorer to read
+            path = self.scratch / "judge_prompt.txt"
+            path.write_text(judge_prompt, encoding="utf-8")
+            cfg = cfg.model_copy(update={"judge_prompt": path})
+        self.bench = BenchRun(cfg, run_dir=self.scratch / "run", task=task, prompts=prompts)
+        self.bench.max_steps = max_steps  # the driver's (the task's, or --max-steps)
+        self.bench._prices = prices  # the driver's price table: a --prices file is on its machine
+        self._ready: Optional[asyncio.Future] = None
+        self._running: set[asyncio.Task] = set()  # samples in flight, cancelled by `close`
+
+    async def _prepare(self) -> None:
+        from ..runner import prepare_sandbox
+
+        if "sandbox" in self.bench.modes:
+            await prepare_sandbox(self.bench.cfg.run)  # the image is built here on first use
+            self.bench.pool = self.bench._make_pool(prestart=False)  # this node's own, recycling on its own engine
+        await self.bench._open_clients()
+
+    async def run_sample(self, row: Row, repeat: int, mode: str, cut_off: bool) -> dict[str, Any]:
+        task = asyncio.current_task()
+        self._running.add(task)
+        try:
+            return await self._run_sample(row, repeat, mode, cut_off)
+        finally:
+            self._running.discard(task)
+
+    async def _run_sample(self, row: Row, repeat: int, mode: str, cut_off: bool) -> dict[str, Any]:
+        if self._ready is None:  # the first sample prepares the node; the others wait for it
+            self._ready = asyncio.ensure_future(self._prepare())
+        try:
+            await asyncio.shield(self._ready)
+        except Exception:
+            self._ready = None  # the next sample tries again (the error reaches the driver now)
+            raise
+        folder = self.bench.run_dir / sample_folder(row.id, mode, repeat)
+        if cut_off:  # an earlier session cut this sample off: _run_sample counts that attempt
+            folder.mkdir(parents=True, exist_ok=True)
+        try:
+            record = await self.bench._run_sample(row, repeat, mode)
+            files = await asyncio.to_thread(pack, folder)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        stop = self.bench._stop
+        return {"record": record, "files": files,
+                "stop": None if stop is None else [type(stop).__name__, str(stop)]}
+
+    async def close(self) -> None:
+        """The run is over (or stopped): samples still running here are cancelled (their sandboxes
+        removed, as on Ctrl-C), then the clients closed and the scratch folder removed."""
+        for task in self._running:
+            task.cancel()
+        await asyncio.gather(*self._running, return_exceptions=True)
+        self.bench.engine.close()
+        await self.bench._close_pool()
+        await self.bench._close_clients()
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def _loopback(url: Optional[str]) -> bool:
+    host = urlparse(url or "").hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class RayBenchExecutor:
+    """BenchRun's samples on a Ray cluster (runner.SampleExecutor)."""
+
+    def __init__(self, address: str, cfg: BenchConfig):
+        if cfg.run.embedded:
+            raise ConfigError("--ray needs a model server every node can reach (--model and --base-url): the "
+                              "embedded model runs on one machine")
+        self.address = address
+        self.pool: Optional[NodePool] = None
+        self._connected = connect(address)
+
+    async def start(self, bench: BenchRun) -> None:
+        run = bench.cfg.run.with_environment()  # the driver's environment (key, URL), not each node's
+        if not run.model and bench.client is not None:
+            run = run.model_copy(update={"model": bench.client.name})  # the one the driver's server listed
+        cfg = bench.cfg.model_copy(update={"run": run})
+        judge = bench.cfg.judge_prompt.read_text(encoding="utf-8") if bench.cfg.judge_prompt else None
+        self.pool = NodePool(BenchNode, (cfg, bench.task, bench.prompts, bench.max_steps, bench._prices, judge),
+                             max_concurrency=bench.cfg.concurrency + 1, on_status=bench.progress.on_status)
+        if not self.pool.ready():
+            raise ConfigError(f"--ray {self.address}: the cluster has no alive node")
+        bench.progress.on_status(f"Ray: {len(self.pool.ready())} node(s): {self.pool.describe()}")
+        if _loopback(run.base_url) and len({n.address for n in self.pool.ready()}) > 1:
+            bench.progress.on_status(f"warning: the model server {run.base_url} is on this machine's loopback: "
+                                     "nodes on other machines cannot reach it (give an address they can)")
+
+    async def run(self, bench: BenchRun, row: Row, repeat: int, mode: str) -> dict:
+        rel = sample_folder(row.id, mode, repeat)
+        cut_off = (row.id, mode, repeat) not in bench._recorded and (bench.run_dir / rel).is_dir()
+        try:
+            out, node, lost = await self.pool.call("run_sample", row, repeat, mode, cut_off)
+        except NoNodesLeft as e:
+            raise BenchAborted(f"{e}. Every sample recorded so far is kept; finish the run with: insandbox bench "
+                               f"--resume {bench.run_dir} --ray {self.address} (or without --ray, here)") from e
+        record = out["record"]
+        try:
+            await asyncio.to_thread(unpack, out["files"], bench.run_dir / rel)
+        except OSError as e:  # the driver's run folder takes nothing more: stop as a local run does
+            raise bench._unwritable(e) from e
+        record.update(node=node.id[:12], node_address=node.address)
+        if lost:
+            record["lost_nodes"] = lost
+        if out["stop"] is not None and bench._stop is None:  # the node's engine did not come back
+            bench._stop = EngineOutage(f"on Ray node {node.address}: {out['stop'][1]}")
+        return record
+
+    async def close(self) -> None:
+        if self.pool is not None:
+            await self.pool.close("close")
+            self.pool = None
+        if self._connected:
+            disconnect()
+            self._connected = False
