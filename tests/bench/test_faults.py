@@ -324,7 +324,7 @@ def test_a_docker_daemon_restart_mid_bench_is_waited_out_and_the_run_completes(s
     (`failed_attempts`), run again once the engine is back without using up their retries, and the run
     finishes with every sample scored; the containers the restart left are removed by the run."""
     n = 8
-    srv = scripted(_script(sleep=1))
+    srv = scripted(_script(sleep=4))  # long enough for the restart to cut samples off (pooled sandboxes are quick)
     data = _rows(tmp_path / "rows.jsonl", n)
     run_dir = tmp_path / "run"
     proc = subprocess.Popen(_bench_args(data, srv.url, docker_image, run_dir), stdout=subprocess.DEVNULL,

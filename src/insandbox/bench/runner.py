@@ -328,7 +328,7 @@ class BenchRun:
     async def _close_pool(self) -> None:
         if self.pool is not None:
             try:
-                await self.pool.close()
+                await self.pool.close(self.cfg.engine_wait_s)
             except Exception as e:  # what could not be removed stays for `insandbox clean`
                 self.progress.on_status(f"could not remove every pooled sandbox: {e}")
 

@@ -86,6 +86,7 @@ class SandboxPool:
         self._remover: Optional[asyncio.Task] = None
         self._closed = False
         self._start_slots = asyncio.Semaphore(max(starts_in_flight, 1))
+        self._unremoved: list[Sandbox] = []  # removals that failed (the engine away): tried again at close
 
     # ------------------------------------------------------------------ samples' side
     async def acquire(self) -> Sandbox:
@@ -224,12 +225,15 @@ class SandboxPool:
             results = await asyncio.gather(*(sb.close() for sb in batch), return_exceptions=True)
             for sb, r in zip(batch, results):
                 if isinstance(r, BaseException):
-                    log.warning("could not remove sandbox %s: %s", getattr(sb, "name", sb), r)
+                    log.info("could not remove sandbox %s (tried again at close): %s", getattr(sb, "name", sb), r)
+                    self._unremoved.append(sb)
                 else:
                     self.stats.removed += 1
 
-    async def close(self) -> None:
-        """Remove every sandbox of the pool (waiting, being recycled or started); safe to call twice."""
+    async def close(self, engine_wait_s: float = 300.0) -> None:
+        """Remove every sandbox of the pool (waiting, being recycled or started); safe to call twice.
+        Removals that failed because the engine was away are tried again once it answers (waiting at
+        most engine_wait_s); what still fails is left for `insandbox clean`, and raised."""
         self._closed = True
         for w in self._waiters:
             if not w.done():
@@ -243,6 +247,21 @@ class SandboxPool:
             await asyncio.shield(self._remover)
         if not self._removals.empty():
             await self._remove_all()
+        deadline, delay = time.monotonic() + engine_wait_s, 0.5
+        while self._unremoved:
+            if await self.cls.reachable():
+                retry, self._unremoved = self._unremoved, []
+                for sb in retry:
+                    self._removals.put_nowait(sb)
+                await self._remove_all()
+                if not self._unremoved:
+                    break
+            if time.monotonic() >= deadline:
+                names = ", ".join(getattr(sb, "name", "?") for sb in self._unremoved)
+                raise SandboxError(f"could not remove {len(self._unremoved)} pooled sandbox(es): {names}; "
+                                   "`insandbox clean` removes them")
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
 
     async def __aenter__(self) -> SandboxPool:
         return self
