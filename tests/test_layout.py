@@ -15,7 +15,7 @@ PACKAGE = REPO / "src" / "insandbox"
 DOCKER_MODULES = {"sandbox/docker.py", "sandbox/engine.py", "sandbox/image.py", "sandbox/cleanup.py",
                   "sandbox/channel.py", "sandbox/archive.py", "sandbox/limits.py", "sandbox/disk.py",
                   "sandbox/proxy.py", "sandbox/admission.py",  # admission: its gate's interface is backend-neutral
-                  "sandbox/snapshot.py"}
+                  "sandbox/snapshot.py", "sandbox/recycle.py"}
 DOCKER_IMPORTS = ("docker", "insandbox.sandbox.docker", "insandbox.sandbox.engine", "insandbox.sandbox.image",
                   "insandbox.sandbox.limits", "insandbox.sandbox.disk", "insandbox.sandbox.proxy",
                   "insandbox.sandbox.cleanup", "insandbox.sandbox.channel", "insandbox.sandbox.snapshot")

@@ -1,6 +1,7 @@
 """A local Ray cluster for the tests of insandbox.distributed: several Ray nodes on this machine
 (each its own raylet and worker processes, all using this machine's Docker engine), started once
-for the session because Ray takes seconds to start. Tests that add a node remove it again."""
+for this package's tests because Ray takes seconds to start, and gone after them (later tests, verl's,
+start Ray clusters of their own). Tests that add a node remove it again."""
 from __future__ import annotations
 
 import os
@@ -11,7 +12,7 @@ import pytest
 import insandbox
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def ray_cluster(docker_image):
     from ray.cluster_utils import Cluster
 
@@ -25,8 +26,14 @@ def ray_cluster(docker_image):
                                                             "_system_config": checks})
     cluster.add_node(num_cpus=1)
     cluster.wait_for_nodes()
+    address_before = os.environ.get("RAY_ADDRESS")
     yield cluster
+    import ray
+
+    ray.shutdown()
     cluster.shutdown()
+    if address_before is None:
+        os.environ.pop("RAY_ADDRESS", None)  # the cluster is gone: nobody may connect to it
     if before is None:
         os.environ.pop("PYTHONPATH", None)
     else:
