@@ -18,17 +18,16 @@ from __future__ import annotations
 
 import asyncio
 import io
-import ipaddress
 import shutil
 import tarfile
 import tempfile
 from pathlib import Path
 from typing import Any, Optional
-from urllib.parse import urlparse
 
 from ..bench.data import Row
 from ..bench.runner import BenchAborted, BenchConfig, BenchRun, EngineOutage, safe_name
 from ..config import ConfigError
+from ..models.openai_compat import is_loopback
 from .cluster import NodePool, NoNodesLeft, connect, disconnect
 
 
@@ -122,16 +121,6 @@ class BenchNode:
         shutil.rmtree(self.scratch, ignore_errors=True)
 
 
-def _loopback(url: Optional[str]) -> bool:
-    host = urlparse(url or "").hostname or ""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 class RayBenchExecutor:
     """BenchRun's samples on a Ray cluster (runner.SampleExecutor)."""
 
@@ -154,7 +143,7 @@ class RayBenchExecutor:
         if not self.pool.ready():
             raise ConfigError(f"--ray {self.address}: the cluster has no alive node")
         bench.progress.on_status(f"Ray: {len(self.pool.ready())} node(s): {self.pool.describe()}")
-        if _loopback(run.base_url) and len({n.address for n in self.pool.ready()}) > 1:
+        if is_loopback(run.base_url) and len({n.address for n in self.pool.ready()}) > 1:
             bench.progress.on_status(f"warning: the model server {run.base_url} is on this machine's loopback: "
                                      "nodes on other machines cannot reach it (give an address they can)")
 
