@@ -35,24 +35,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench_throughput import TASK_YAML, script  # the same probe task and scripted model (benchmarks/ is on the path)
+
 import insandbox
 from insandbox.bench.runner import BenchConfig, BenchRun, run_bench
 from insandbox.config import RunConfig
 from insandbox.models.scripted_server import ScriptedServer
-
-TASK_YAML = """name: ray_probe
-extends: _base
-scorer: exact
-instance_prompt: |-
-  {problem_statement}
-"""
-
-
-def script(calls: int) -> dict:
-    turns = [{"tool": "execute_bash", "args": {"command": f"echo step {i}"}} for i in range(calls - 2)]
-    turns += [{"tool": "str_replace_editor", "args": {"command": "create", "path": "/testbed/answer.txt",
-                                                      "file_text": "done"}}, {"tool": "submit"}]
-    return {"turns": turns}
 
 
 def start_cluster(nodes: int):

@@ -74,6 +74,24 @@ def _run_until_done(make: Callable[[], Any]) -> tuple[Any, Optional[int]]:
         loop.close()
 
 
+
+def _finish(make: Callable[[], Any], bad: tuple[type[BaseException], ...] = (),
+            failed: tuple[type[BaseException], ...] = ()) -> Any:
+    """Run a command's coroutine to its end (`_run_until_done`): its ConfigError and `bad` exceptions
+    exit 2, SandboxError and `failed` ones exit 1, a signal 128+N; else its result."""
+    from .config import ConfigError
+    from .sandbox import SandboxError
+
+    try:
+        result, sig = _run_until_done(make)
+    except (ConfigError, *bad) as e:
+        _fail(str(e))
+    except (SandboxError, *failed) as e:
+        _fail(str(e), 1)
+    if sig is not None:
+        raise typer.Exit(128 + sig)
+    return result
+
 # ---------------------------------------------------------------------- options run and bench share
 M, T, S = "Model", "Task limits", "Sandbox"
 Model = Annotated[Optional[str], typer.Option(
@@ -287,7 +305,6 @@ def run(
     from .config import ConfigError
     from .console import RichView, make_console
     from .runner import arun
-    from .sandbox import SandboxError
 
     shared = {k: v for k, v in locals().items() if k in SHARED}
     try:
@@ -299,14 +316,7 @@ def run(
     except (BadArgument, ConfigError) as e:
         _fail(str(e))
     view = RichView(make_console(stderr=json_out), show_steps=not quiet, max_steps=cfg.max_steps)
-    try:
-        result, sig = _run_until_done(lambda: arun(text, cfg, observer=view))
-    except ConfigError as e:
-        _fail(str(e))
-    except SandboxError as e:
-        _fail(str(e), 1)
-    if sig is not None:
-        raise typer.Exit(128 + sig)
+    result = _finish(lambda: arun(text, cfg, observer=view))
     if json_out:
         t = result.trajectory
         typer.echo(json.dumps({"run_dir": str(result.run_dir), "exit_reason": t.exit_reason,
@@ -384,7 +394,6 @@ def bench(
     from .bench.tasks import builtin_tasks, load_task
     from .config import ConfigError
     from .console import make_console
-    from .sandbox import SandboxError
 
     console = make_console()
     if list_tasks:
@@ -418,17 +427,12 @@ def bench(
         from .bench.runner import _Quiet
         progress = _Quiet()
     try:
-        result, sig = _run_until_done(lambda: run_bench(cfg, progress, resume=resume,
-                                                        concurrency=concurrency if resume else None, ray=ray))
-    except (ConfigError, DataError, ValueError, FileNotFoundError) as e:
-        _fail(str(e))
-    except (SandboxError, BenchAborted) as e:
-        _fail(str(e), 1)
+        result = _finish(lambda: run_bench(cfg, progress, resume=resume,
+                                           concurrency=concurrency if resume else None, ray=ray),
+                         bad=(DataError, ValueError, FileNotFoundError), failed=(BenchAborted,))
     finally:
         if hasattr(progress, "close"):
             progress.close()
-    if sig is not None:
-        raise typer.Exit(128 + sig)
     out, report = write_report([result.run_dir], plots=False)
     for table in rich_tables(report):
         console.print(table)
@@ -477,13 +481,11 @@ def replay(
     """Run a recorded trajectory's tool calls again in a fresh sandbox and report, call by call, where the
     observations differ. Exit status 0 when the replay ran, whatever it found; 1 when the sandbox failed;
     2 for bad arguments (no trajectory, input files gone, a bad --ignore)."""
-    from .config import ConfigError
     from .console import make_console
     from .replay.inputs import InputsMissing
     from .replay.replayer import Replayer, ReplayError, load_recorded
     from .replay.report import print_report, write_json
     from .runner import prepare_sandbox
-    from .sandbox import SandboxError
 
     if until is not None and until < 1:
         _fail("--until: give a step number from 1")
@@ -500,14 +502,7 @@ def replay(
         finally:
             await replayer.close()
 
-    try:
-        report, sig = _run_until_done(go)
-    except ConfigError as e:
-        _fail(str(e))
-    except SandboxError as e:
-        _fail(str(e), 1)
-    if sig is not None:
-        raise typer.Exit(128 + sig)
+    report = _finish(go)
     console = make_console()
     if quiet:
         first = report.first_divergence
@@ -547,12 +542,10 @@ def fork(
     there with the given model or prompt, each in its own sandbox and run folder. Exit status 0 when every
     branch ended on the model's terms or a limit; 1 when a branch, the model server or the sandbox failed;
     2 for bad arguments."""
-    from .config import ConfigError
     from .console import make_console, shown
     from .replay.fork import fork_run
     from .replay.inputs import InputsMissing
     from .replay.replayer import ReplayError
-    from .sandbox import SandboxError
 
     if tool_format not in (None, "native", "text"):
         _fail(f"--tool-format {tool_format}: use native or text")
@@ -573,16 +566,9 @@ def fork(
             calls = ", ".join(c.name for c in s.tool_calls) or "no call"
             console.print(f"branch {i} step {s.index}: {shown(calls)}")
 
-    try:
-        result, sig = _run_until_done(lambda: fork_run(run_dir, step, n, overrides, prompt_append=prompt_append,
-                                                       query=query, output_dir=output_dir, ignore=tuple(ignore or ()),
-                                                       input_dir=input_dir, on_step=on_step))
-    except (ReplayError, InputsMissing, ConfigError) as e:
-        _fail(str(e))
-    except SandboxError as e:
-        _fail(str(e), 1)
-    if sig is not None:
-        raise typer.Exit(128 + sig)
+    result = _finish(lambda: fork_run(run_dir, step, n, overrides, prompt_append=prompt_append, query=query,
+                                      output_dir=output_dir, ignore=tuple(ignore or ()), input_dir=input_dir,
+                                      on_step=on_step), bad=(ReplayError, InputsMissing))
     _print_fork(result, console, json_out)
     if any(b.exit_reason is None or b.exit_reason.is_failure for b in result.branches):
         raise typer.Exit(1)

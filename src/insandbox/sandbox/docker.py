@@ -315,7 +315,8 @@ class DockerSandbox:
         from .recycle import RestoreError
 
         if not self.recyclable:
-            raise SandboxError("this sandbox cannot be recycled (see recycle.recycle_unavailable)")
+            raise SandboxError("this sandbox cannot be recycled (not started with spec.recyclable, its layers out of "
+                               "this process's reach, or closed)")
         t0 = time.perf_counter()
         reply = await self._request("reset", 30.0)
         if reply.get("left"):

@@ -20,13 +20,14 @@ folder file descriptors opened with O_NOFOLLOW: a symbolic link the model left (
 `/testbed/x -> /`) can never lead this root process out of the container's tree.
 
 Needs: root, an engine on this machine, the overlay2 driver, its merged view mounted where
-this process sees it (recycle_unavailable() says why not).
+this process sees it (restorer_for() says why not).
 """
 from __future__ import annotations
 
 import errno
 import os
 import stat
+import time
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -160,8 +161,6 @@ class Restorer:
                     self.known[rel] = (st.st_ino, st.st_ctime_ns)
 
     def restore(self) -> RestoreStats:
-        import time
-
         self.stats = RestoreStats()
         t0 = time.perf_counter()
         root = os.open(self.merged, DIR_FLAGS)
@@ -184,12 +183,7 @@ class Restorer:
             ust = e.stat(follow_symlinks=False)
             base = self.baseline.get(sub)
             if base is not None and stat.S_ISDIR(base.st_mode) and stat.S_ISDIR(ust.st_mode):
-                cfd = os.open(name, DIR_FLAGS, dir_fd=mfd)  # the engine's folder: keep it, as it was
-                try:
-                    self._walk(sub, cfd)
-                    self._fix_dir(cfd, base)
-                finally:
-                    os.close(cfd)
+                self._descend(mfd, name, sub, base)  # the engine's folder: keep it, as it was
                 continue
             image = self.view.entry(sub)
             ist = os.lstat(image) if image is not None else None
@@ -207,18 +201,22 @@ class Restorer:
                     self._remove(mfd, name)
                     self._copy(image, ist, sub, mfd, name)
                     continue
-                cfd = os.open(name, DIR_FLAGS, dir_fd=mfd)
-                try:
-                    self._walk(sub, cfd)
-                    self._fix_dir(cfd, ist)
-                finally:
-                    os.close(cfd)
+                self._descend(mfd, name, sub, ist)
                 continue
             if self.known.get(sub) == (ust.st_ino, ust.st_ctime_ns):
                 self.stats.kept += 1  # our own copy from an earlier reset, untouched since
                 continue
             self._remove(mfd, name)
             self._copy(image, ist, sub, mfd, name)
+
+    def _descend(self, mfd: int, name: str, rel: str, meta: os.stat_result) -> None:
+        """Undo the changes inside a folder that stays, then give it `meta`'s mode, owner and times."""
+        cfd = os.open(name, DIR_FLAGS, dir_fd=mfd)
+        try:
+            self._walk(rel, cfd)
+            self._fix_dir(cfd, meta)
+        finally:
+            os.close(cfd)
 
     # ---------------------------------------------------------------- operations (all relative to a folder fd)
     def _remove(self, dfd: int, name: str) -> None:
@@ -331,13 +329,3 @@ def restorer_for(inspect: dict) -> Restorer:
         raise RestoreError(errno.ENOENT, f"the container's root ({merged}) is not mounted where this process "
                                          "sees it (is the engine in another mount namespace?)")
     return Restorer(Path(upper), Path(merged), LayerView(lower.split(":")))
-
-
-def recycle_unavailable(info: dict) -> Optional[str]:
-    """Why this engine's containers cannot be recycled here (None: they can). `info`: the engine's info."""
-    from .disk import unavailable
-
-    why = unavailable(info)  # same needs: overlay2, a local engine, root (loop devices aside)
-    if why and ("mkfs" in why or "loop devices" in why):
-        return None
-    return why
