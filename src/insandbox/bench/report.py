@@ -9,12 +9,14 @@ judge differently; how often the model used external resources, file management 
 computation (sandbox turns); tokens per sample split into initial prompt, completion and
 environment (tool output), and the sandbox/plain token ratio; what the samples cost (in all,
 per sample, per correct answer; unknown where the model had no price); model versus tool time
-and samples per minute. Written as report.md and report.json with PNG figures.
+and samples per minute; each item's score per mode. Written as report.md, report.json, PNG figures
+and report.html (all of report.md in one self-contained file, see report_html.py).
 """
 from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -120,6 +122,32 @@ def choice_row(g: Group) -> Optional[dict]:
             "strict_accuracy": _mean(strict), "reference_accuracy": _mean(ref)}
 
 
+def _natural(text: str) -> list:
+    """q2 before q10."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
+
+
+def item_rows(ordered_groups: list[tuple[Key, Group]]) -> list[dict]:
+    """Each item of each run x task, with its samples, infrastructure errors and mean score per mode."""
+    items: dict[tuple[str, str, str], dict] = {}
+    for (run, task, mode), g in ordered_groups:
+        for r in g.records:
+            row = items.setdefault((run, task, str(r["id"])),
+                                   {"run": run, "model": g.model, "task": task, "id": str(r["id"]), "modes": {}})
+            m = row["modes"].setdefault(mode, {"samples": 0, "errors": 0, "scores": []})
+            m["samples"] += 1
+            m["errors"] += bool(r.get("error"))
+            if r.get("score") is not None and not r.get("error"):
+                m["scores"].append(float(r["score"]))
+    runs = list(dict.fromkeys(run for run, _, _ in items))
+    out = sorted(items.values(), key=lambda row: (runs.index(row["run"]), row["task"], _natural(row["id"])))
+    for row in out:
+        for m in row["modes"].values():
+            scores = m.pop("scores")
+            m["score"] = sum(scores) / len(scores) if scores else None
+    return out
+
+
 def runs_section(units: list[Unit]) -> list[dict]:
     return [{"run": u.label, "model": u.model, "task": u.task, "folders": [str(r.path) for r in u.runs],
              "pooled": len(u.runs) > 1, "differs": u.differs, "settings": u.settings} for u in units]
@@ -163,6 +191,7 @@ def analyse(groups: dict[Key, Group], units: Optional[list[Unit]] = None) -> dic
                                    "billed_ratio": s["billed_tokens"] / p["billed_tokens"]
                                    if p["billed_tokens"] else math.nan})
     out["poolable"] = [[u.label for u in same] for same in same_settings(units or [])]
+    out["items"] = item_rows(ordered(groups.items()))
     return out
 
 
@@ -208,7 +237,23 @@ def _ci(lo: float, hi: float) -> str:
     return f"{100 * lo:+.1f} .. {100 * hi:+.1f}" if not math.isnan(lo) else "-"
 
 
-def runs_markdown(data: dict) -> list[str]:
+@dataclass
+class Table:
+    header: list[str]
+    rows: list[list[str]]
+
+
+@dataclass
+class Section:
+    """One part of the report: a title, then paragraphs (`code` in backticks) and tables, in order. report.md and
+    report.html both render these, so they say the same."""
+
+    title: str
+    blocks: list  # of str (a paragraph) and Table
+    anchor: str = ""
+
+
+def runs_blocks(data: dict) -> list:
     rows = [[r["run"], r["task"], ", ".join(f"`{Path(f).name}`" for f in r["folders"]),
              "; ".join(f"{k}={show(v)}" for k, v in r["differs"].items()) or "-"] for r in data["runs"]]
     if any(r["pooled"] for r in data["runs"]):
@@ -217,14 +262,13 @@ def runs_markdown(data: dict) -> list[str]:
                "samples pair with each other.")
     else:
         how = "Each run is reported on its own (`--pool` pools runs of one task and model with identical settings)."
-    parts = ["## Runs", "",
-             how + " A run is labelled by its model and the settings that differ from the other runs of its task; "
-             "long values (prompts) by a digest. Settings in full: report.json, `runs`.", "",
-             _table(["run", "task", "folders", "differs in"], rows), ""]
+    blocks = [how + " A run is labelled by its model and the settings that differ from the other runs of its task; "
+              "long values (prompts) by a digest. Settings in full: report.json, `runs`.",
+              Table(["run", "task", "folders", "differs in"], rows)]
     for labels in data.get("poolable", []):
-        parts += ["Same settings, reported apart: " + ", ".join(f"`{x}`" for x in labels) + " (`--pool` pools them).",
-                  ""]
-    return parts
+        blocks.append("Same settings, reported apart: " + ", ".join(f"`{x}`" for x in labels)
+                      + " (`--pool` pools them).")
+    return blocks
 
 
 COST_HEADER = ["run", "task", "mode", "samples", "in all", "per sample", "per correct answer", "price"]
@@ -250,69 +294,80 @@ def cost_rows(data: dict) -> list[list[str]]:
     return rows
 
 
+def sections(data: dict, runs_always: bool = False) -> list[Section]:
+    """Every table of the report with the text that explains it (the runs table only when there is more than one
+    run to tell apart, unless `runs_always`)."""
+    out = []
+    if runs_always or len(data["runs"]) > 1 or any(r["pooled"] for r in data["runs"]):
+        out.append(Section("Runs", runs_blocks(data), "runs"))
+    out.append(Section("Accuracy", [
+        "Intervals: Wilson for one binary sample per item, else a t-interval over item means (repeats of an "
+        "item are not independent). Errors are infrastructure failures (model server, sandbox), not counted "
+        "as wrong; unscored samples are answers that could not be checked. \"approx.\" marks an offline "
+        "approximation of the paper's LLM judge.",
+        Table(ACC_HEADER, accuracy_rows(data))], "accuracy"))
+    if data["paired"]:
+        out.append(Section("Sandbox mode against plain mode (same run, same items, same repeats)", [
+            "diff = sandbox - plain; CI is a t-interval over items. McNemar's exact test on the discordant "
+            "pairs (sandbox right and plain wrong, or the reverse).",
+            Table(["run", "task", "pairs", "sandbox", "plain", "diff", "95% CI", "sandbox only right",
+                   "plain only right", "test", "p"],
+                  [[p["run"], p["task"], str(p["pairs"]), _pct(p["sandbox"]), _pct(p["plain"]),
+                    f"{100 * p['diff']:+.1f} pt", _ci(*p["diff_ci95"]),
+                    str(p.get("sandbox_only", "-")), str(p.get("plain_only", "-")), p["test"] or "-",
+                    _p(p["p_value"])] for p in data["paired"]])], "paired"))
+    if data["choice_extractions"]:
+        out.append(Section("Choice letters: strict against reference extraction", [
+            "The same answers read by the strict extraction (`choice`: only the row's options, no letter glued "
+            "to other text, several letters are no answer) and by the reference implementation's lenient one "
+            "(`choice-reference`, as in the paper). \"not recorded\": results written before both verdicts "
+            "were kept.",
+            Table(CHOICE_HEADER, choice_rows(data))], "choice"))
+    if data["capabilities"]:
+        out.append(Section("Capability usage (sandbox mode)", [
+            "Share of turns that used each capability, by pattern rules on the commands run and the code "
+            "written (see insandbox/analysis/capability.py).",
+            Table(["run", "task", "runs", "turns", "avg turns", "external resources", "file management",
+                   "computation"],
+                  [[c["run"], c["task"], str(c["runs"]), str(c["turns"]), _num(c["avg_turns"], 1),
+                    *[_pct(c[f"{k}_rate"]) for k in CAPABILITIES]] for c in data["capabilities"]])], "capabilities"))
+    tokens = [
+        "Initial prompt (system, task, tool schemas), completion (all generated tokens) and environment (tool "
+        "output the model read, measured as the growth of the prompt between calls). Trajectory = their sum "
+        "(the final conversation); billed = prompt + completion summed over calls.",
+        Table(["run", "task", "mode", "initial prompt", "completion", "environment", "env share", "trajectory",
+               "billed"],
+              [[t["run"], t["task"], t["mode"], _num(t["initial_prompt_tokens"]), _num(t["completion_tokens"]),
+                _num(t["env_tokens"]), _pct(t["env_share"]), _num(t["trajectory_tokens"]),
+                _num(t["billed_tokens"]) + (" (est.)" if t["estimated"] else "")] for t in data["tokens"]])]
+    if data["token_ratio"]:
+        tokens += ["Sandbox / plain tokens per sample:",
+                   Table(["run", "task", "trajectory ratio", "billed ratio"],
+                         [[r["run"], r["task"], _num(r["trajectory_ratio"], 2) + "x", _num(r["billed_ratio"], 2) + "x"]
+                          for r in data["token_ratio"]])]
+    out.append(Section("Tokens per sample", tokens, "tokens"))
+    if has_cost(data):
+        out.append(Section("Cost", [
+            "USD, from each call's tokens at the price shown (a price table of list prices, with the user's "
+            "own files over it: README, Cost). In all: every sample, infrastructure errors and their retries "
+            "included; per sample: the samples without an infrastructure error; per correct answer: in all "
+            "divided by the score summed. A model without a price is \"unknown\", never $0.",
+            Table(COST_HEADER, cost_rows(data))], "cost"))
+    out.append(Section("Time", [
+        Table(["run", "task", "mode", "samples", "model time", "tool time", "wall / sample", "samples / min"],
+              [[t["run"], t["task"], t["mode"], str(t["samples"]), _pct(t["model_share"]), _pct(t["tool_share"]),
+                _num(t["wall_per_sample_s"], 1) + " s", _num(t["samples_per_min"], 1)] for t in data["time"]])],
+        "time"))
+    return out
+
+
 def markdown(data: dict, run_dirs: list[Path], figures: list[str]) -> str:
     parts = ["# Benchmark report", "",
              "Runs: " + ", ".join(f"`{d}`" for d in run_dirs), ""]
-    if len(data["runs"]) > 1 or any(r["pooled"] for r in data["runs"]):
-        parts += runs_markdown(data)
-    parts += ["## Accuracy", "",
-              "Intervals: Wilson for one binary sample per item, else a t-interval over item means (repeats of an "
-              "item are not independent). Errors are infrastructure failures (model server, sandbox), not counted "
-              "as wrong; unscored samples are answers that could not be checked. \"approx.\" marks an offline "
-              "approximation of the paper's LLM judge.", "",
-              _table(ACC_HEADER, accuracy_rows(data)), ""]
-    if data["paired"]:
-        parts += ["## Sandbox mode against plain mode (same run, same items, same repeats)", "",
-                  "diff = sandbox - plain; CI is a t-interval over items. McNemar's exact test on the discordant "
-                  "pairs (sandbox right and plain wrong, or the reverse).", "",
-                  _table(["run", "task", "pairs", "sandbox", "plain", "diff", "95% CI", "sandbox only right",
-                          "plain only right", "test", "p"],
-                         [[p["run"], p["task"], str(p["pairs"]), _pct(p["sandbox"]), _pct(p["plain"]),
-                           f"{100 * p['diff']:+.1f} pt", _ci(*p["diff_ci95"]),
-                           str(p.get("sandbox_only", "-")), str(p.get("plain_only", "-")), p["test"] or "-",
-                           _p(p["p_value"])] for p in data["paired"]]), ""]
-    if data["choice_extractions"]:
-        parts += ["## Choice letters: strict against reference extraction", "",
-                  "The same answers read by the strict extraction (`choice`: only the row's options, no letter glued "
-                  "to other text, several letters are no answer) and by the reference implementation's lenient one "
-                  "(`choice-reference`, as in the paper). \"not recorded\": results written before both verdicts "
-                  "were kept.", "",
-                  _table(CHOICE_HEADER, choice_rows(data)), ""]
-    if data["capabilities"]:
-        parts += ["## Capability usage (sandbox mode)", "",
-                  "Share of turns that used each capability, by pattern rules on the commands run and the code "
-                  "written (see insandbox/analysis/capability.py).", "",
-                  _table(["run", "task", "runs", "turns", "avg turns", "external resources", "file management",
-                          "computation"],
-                         [[c["run"], c["task"], str(c["runs"]), str(c["turns"]), _num(c["avg_turns"], 1),
-                           *[_pct(c[f"{k}_rate"]) for k in CAPABILITIES]] for c in data["capabilities"]]), ""]
-    parts += ["## Tokens per sample", "",
-              "Initial prompt (system, task, tool schemas), completion (all generated tokens) and environment (tool "
-              "output the model read, measured as the growth of the prompt between calls). Trajectory = their sum "
-              "(the final conversation); billed = prompt + completion summed over calls.", "",
-              _table(["run", "task", "mode", "initial prompt", "completion", "environment", "env share",
-                      "trajectory", "billed"],
-                     [[t["run"], t["task"], t["mode"], _num(t["initial_prompt_tokens"]), _num(t["completion_tokens"]),
-                       _num(t["env_tokens"]), _pct(t["env_share"]), _num(t["trajectory_tokens"]),
-                       _num(t["billed_tokens"]) + (" (est.)" if t["estimated"] else "")] for t in data["tokens"]]), ""]
-    if data["token_ratio"]:
-        parts += ["Sandbox / plain tokens per sample:", "",
-                  _table(["run", "task", "trajectory ratio", "billed ratio"],
-                         [[r["run"], r["task"], _num(r["trajectory_ratio"], 2) + "x",
-                           _num(r["billed_ratio"], 2) + "x"]
-                          for r in data["token_ratio"]]), ""]
-    if has_cost(data):
-        parts += ["## Cost", "",
-                  "USD, from each call's tokens at the price shown (a price table of list prices, with the user's "
-                  "own files over it: README, Cost). In all: every sample, infrastructure errors and their retries "
-                  "included; per sample: the samples without an infrastructure error; per correct answer: in all "
-                  "divided by the score summed. A model without a price is \"unknown\", never $0.", "",
-                  _table(COST_HEADER, cost_rows(data)), ""]
-    parts += ["## Time", "",
-              _table(["run", "task", "mode", "samples", "model time", "tool time", "wall / sample", "samples / min"],
-                     [[t["run"], t["task"], t["mode"], str(t["samples"]), _pct(t["model_share"]),
-                       _pct(t["tool_share"]), _num(t["wall_per_sample_s"], 1) + " s", _num(t["samples_per_min"], 1)]
-                      for t in data["time"]]), ""]
+    for section in sections(data):
+        parts += [f"## {section.title}", ""]
+        for block in section.blocks:
+            parts += [_table(block.header, block.rows) if isinstance(block, Table) else block, ""]
     if figures:
         parts += ["## Figures", ""] + [f"![{Path(f).stem}]({Path(f).name})" for f in figures] + [""]
     return "\n".join(parts)
