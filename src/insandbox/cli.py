@@ -444,7 +444,7 @@ def bench(
 @app.command()
 def report(
     run_dirs: Annotated[list[Path], typer.Argument(help="Benchmark run folders (several: compared side by side).")],
-    out: Annotated[Optional[Path], typer.Option(help="Where to write report.md and the figures (default: "
+    out: Annotated[Optional[Path], typer.Option(help="Where to write report.md, report.html and the figures (default: "
                                                      "<first run>/report).")] = None,
     plots: Annotated[bool, typer.Option(help="Draw the PNG figures.")] = True,
     pool: Annotated[bool, typer.Option("--pool", help="Pool the runs of the same task and model into one (refused "
@@ -461,7 +461,7 @@ def report(
     console = make_console()
     for table in rich_tables(data):
         console.print(table)
-    console.print(f"report: {out_dir / 'report.md'}")
+    console.print(f"report: {out_dir / 'report.md'}, {out_dir / 'report.html'}")
 
 
 @app.command()

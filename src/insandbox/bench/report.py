@@ -375,8 +375,8 @@ def markdown(data: dict, run_dirs: list[Path], figures: list[str]) -> str:
 
 def write_report(run_dirs: list[Path], out_dir: Optional[Path] = None, plots: bool = True,
                  pool: bool = False) -> tuple[Path, dict]:
-    """report.md, report.json and figures for these runs, compared side by side (`pool`: runs of one task and
-    model with identical settings pooled; a ValueError when their settings differ)."""
+    """report.md, report.json, figures and report.html for these runs, compared side by side (`pool`: runs of one
+    task and model with identical settings pooled; a ValueError when their settings differ)."""
     run_dirs = [Path(d) for d in run_dirs]
     units, groups = load_units(run_dirs, pool)
     if not groups:
@@ -391,6 +391,9 @@ def write_report(run_dirs: list[Path], out_dir: Optional[Path] = None, plots: bo
         figures = P.all_figures(data, out)
     (out / "report.json").write_text(json.dumps(data, indent=1, default=str), encoding="utf-8")
     (out / "report.md").write_text(markdown(data, run_dirs, figures), encoding="utf-8")
+    from .report_html import render_report_html
+
+    (out / "report.html").write_text(render_report_html(data, figures, run_dirs), encoding="utf-8")
     return out, data
 
 
