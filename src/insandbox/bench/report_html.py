@@ -34,6 +34,7 @@ CAPTIONS = {
 }
 MIME = {".png": "image/png", ".svg": "image/svg+xml", ".jpg": "image/jpeg", ".jpeg": "image/jpeg"}
 TEXT_COLUMNS = {"run", "task", "mode", "scoring", "test", "price", "folders", "differs in"}
+NAME_COLUMNS = {"run", "task", "mode"}  # kept on one line on screen (a label broken at its hyphen misleads)
 _DIGITS = re.compile(r"[-+<$]?\d")
 _NO_NUMBER = {"-", "unknown", "not recorded"}
 
@@ -49,10 +50,11 @@ def inline(text: object) -> Markup:
 
 
 def _table(t: Table) -> dict:
-    """A table of report.sections(), with the columns of numbers marked (set right-aligned)."""
+    """A table of report.sections(), its columns of numbers marked (right-aligned), and those of names."""
     numeric = [h not in TEXT_COLUMNS and any(_DIGITS.match(row[i]) for row in t.rows)
                and all(_DIGITS.match(row[i]) or row[i] in _NO_NUMBER for row in t.rows) for i, h in enumerate(t.header)]
-    return {"kind": "table", "header": t.header, "rows": t.rows, "numeric": numeric}
+    classes = ["num" if n else "name" if h in NAME_COLUMNS else "" for n, h in zip(numeric, t.header)]
+    return {"kind": "table", "header": t.header, "rows": t.rows, "classes": classes}
 
 
 def _figure(fig: Figure) -> dict:
@@ -125,6 +127,9 @@ def render_report_html(data: dict, figures: Iterable[Figure] = (), run_dirs: Opt
     env = Environment(loader=PackageLoader("insandbox.bench", "templates"), autoescape=True,
                       undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters["inline"] = inline
+    sections_ = ("runs", "accuracy", "paired", "choice_extractions", "capabilities", "tokens", "token_ratio", "cost",
+                 "time", "poolable", "items")
+    data = {**dict.fromkeys(sections_, []), **data}  # a report.json of an older version lacks some
     if run_dirs is None:
         run_dirs = [f for r in data.get("runs") or [] for f in r["folders"]]
     parts: list[Section] = sections(data, runs_always=True)
