@@ -36,6 +36,9 @@ def stream(request: Request, probe: Callable[[], tuple[Any, bool]], poll_s: floa
         while not await request.is_disconnected():
             await asyncio.sleep(poll_s)
             new, done = await run_in_threadpool(probe)
+            if done:  # the page reloads what changed once more when it gets this
+                yield event("end", {})
+                return
             if new != stamp:
                 stamp, quiet = new, 0.0
                 yield event("change", {})
@@ -44,9 +47,6 @@ def stream(request: Request, probe: Callable[[], tuple[Any, bool]], poll_s: floa
                 if quiet >= KEEPALIVE_S:
                     quiet = 0.0
                     yield ": still here\n\n"
-            if done:
-                yield event("end", {})
-                return
 
     return StreamingResponse(events(), media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
