@@ -418,9 +418,13 @@ def list_events(request: Request) -> Response:
     return stream(request, lambda: (index.scan().version, False))
 
 
+def no_icon(request: Request) -> Response:
+    return Response(status_code=204)
+
+
 def routes() -> list[Route]:
     return [
-        Route("/", runs_list), Route("/rows", runs_list), Route("/events", list_events),
+        Route("/", runs_list), Route("/favicon.ico", no_icon), Route("/rows", runs_list), Route("/events", list_events),
         Route("/r/{rid}", run_page), Route("/r/{rid}/head", run_head), Route("/r/{rid}/steps", run_steps),
         Route("/r/{rid}/files", run_files), Route("/r/{rid}/view/{path:path}", file_view),
         Route("/r/{rid}/raw/{path:path}", file_raw), Route("/r/{rid}/events", run_events),
