@@ -121,7 +121,7 @@ class Index:
         self.min_interval_s = min_interval_s
         self._lock = threading.Lock()
         self._dirs: dict[str, tuple[int, list[str], set[str]]] = {}  # folder -> (mtime, subfolders, file names)
-        self._summaries: dict[str, tuple[tuple, dict]] = {}  # trajectory.json -> (its stamp, summary)
+        self._entries: dict[str, tuple[tuple, Optional[dict], RunEntry]] = {}  # run folder -> (stamp, record, entry)
         self._results: dict[str, _Results] = {}
         self._scanned_at = 0.0
         self.runs: list[RunEntry] = []
@@ -129,6 +129,7 @@ class Index:
         self.by_rid: dict[str, RunEntry] = {}
         self.by_bid: dict[str, BenchEntry] = {}
         self.version = 0  # goes up whenever what the index holds changed
+        self._signature: Optional[int] = None
 
     # ------------------------------------------------------------------ the walk
     def _listing(self, d: str) -> tuple[list[str], set[str]]:
@@ -182,21 +183,22 @@ class Index:
             run_dirs, bench_dirs = [], []
             self._walk(str(self.root), 0, run_dirs, bench_dirs, False)
             benches = [self._bench(d, now) for d in bench_dirs]
-            bench_of = {b.path: b for b in benches}
+            bench_of = {str(b.path): b for b in benches}
             runs = []
             for d in run_dirs:
                 entry = self._run(d, now, bench_of)
                 if entry is not None:
                     runs.append(entry)
             runs.sort(key=lambda r: (r.started or 0.0), reverse=True)
-            old = (len(self.runs), [(r.rid, r.exit_reason, r.steps, r.live) for r in self.runs],
-                   [(b.bid, len(b.records), b.live) for b in self.benches])
+            for gone in set(self._entries) - set(run_dirs):
+                del self._entries[gone]
             self.runs, self.benches = runs, benches
             self.by_rid = {r.rid: r for r in runs}
             self.by_bid = {b.bid: b for b in benches}
-            new = (len(runs), [(r.rid, r.exit_reason, r.steps, r.live) for r in runs],
-                   [(b.bid, len(b.records), b.live) for b in benches])
-            if new != old:
+            signature = hash((tuple((r.rid, r.exit_reason, r.steps, r.live, r.score) for r in runs),
+                              tuple((b.bid, len(b.records), b.live) for b in benches)))
+            if signature != self._signature:
+                self._signature = signature
                 self.version += 1
             self._scanned_at = time.time()
             return self
@@ -216,60 +218,74 @@ class Index:
                           summary=summary, live=live, summary_stale=stale)
 
     # ------------------------------------------------------------------ runs
-    def _run(self, d: str, now: float, bench_of: dict[Path, BenchEntry]) -> Optional[RunEntry]:
-        rel = self._rel(d)
-        bench = _bench_above(Path(d), bench_of)
+    def _run(self, d: str, now: float, bench_of: dict[str, BenchEntry]) -> Optional[RunEntry]:
+        """The run in folder d: rebuilt only when its record or its trajectory.json changed."""
+        bench = _bench_above(d, bench_of)
+        rec = None
         if bench is not None:
-            sample = os.path.relpath(d, bench.path).replace(os.sep, "/")
-            rec = self._results[str(bench.path)].records.get(sample)
-            if rec is not None:
-                entry = RunEntry(rid=folder_id(rel), path=Path(d), rel=rel, task=str(rec.get("task") or bench.task),
-                                 item=str(rec.get("id")), mode=rec.get("mode") or "?", repeat=rec.get("repeat"),
-                                 bench=bench.bid, score=rec.get("score"), exit_reason=rec.get("exit_reason"),
-                                 error=rec.get("error"), model=bench.model, steps=int(rec.get("steps") or 0),
-                                 tokens=int(rec.get("billed_tokens") or 0), wall_s=rec.get("wall_time_s"),
-                                 cost=rec.get("cost_usd"), started=rec.get("started_at"))
-                bench.samples.append(entry)
-                return entry
+            rec = self._results[str(bench.path)].records.get(d[len(str(bench.path)) + 1:].replace(os.sep, "/"))
+        if rec is not None:
+            stamp: tuple = ("record", id(rec))
+            mtime = None
+        else:
+            try:
+                st = os.stat(os.path.join(d, TRAJECTORY))
+            except OSError:
+                return None
+            stamp, mtime = ("trajectory", st.st_mtime_ns, st.st_size), st.st_mtime
+        hit = self._entries.get(d)
+        if hit is not None and hit[0] == stamp and hit[1] is rec:
+            entry = hit[2]
+        else:
+            entry = self._record_entry(d, bench, rec) if rec is not None else self._trajectory_entry(d, bench)
+            if entry is None:
+                return None
+            self._entries[d] = (stamp, rec, entry)
+        if mtime is not None:
+            entry.live = entry.exit_reason is None and now - mtime < STALE_S
+        if bench is not None:
+            bench.samples.append(entry)
+        return entry
+
+    def _record_entry(self, d: str, bench: BenchEntry, rec: dict) -> RunEntry:
+        rel = self._rel(d)
+        return RunEntry(rid=folder_id(rel), path=Path(d), rel=rel, task=str(rec.get("task") or bench.task),
+                        item=str(rec.get("id")), mode=rec.get("mode") or "?", repeat=rec.get("repeat"),
+                        bench=bench.bid, score=rec.get("score"), exit_reason=rec.get("exit_reason"),
+                        error=rec.get("error"), model=bench.model, steps=int(rec.get("steps") or 0),
+                        tokens=int(rec.get("billed_tokens") or 0), wall_s=rec.get("wall_time_s"),
+                        cost=rec.get("cost_usd"), started=rec.get("started_at"))
+
+    def _trajectory_entry(self, d: str, bench: Optional[BenchEntry]) -> Optional[RunEntry]:
+        rel = self._rel(d)
         try:
-            summary = self._summary(os.path.join(d, TRAJECTORY))
+            summary = read_summary(Path(d) / TRAJECTORY)
         except (OSError, ValueError):
             return None  # being written for the first time, or not a trajectory
         totals = summary.get("totals") or {}
         task = summary.get("task") or {}
         config = summary.get("config") or {}
-        mtime = _mtime(Path(d) / TRAJECTORY) or 0.0
-        entry = RunEntry(rid=folder_id(rel), path=Path(d), rel=rel, task="run", item=str(task.get("id") or
-                                                                                          summary.get("run_id") or rel),
+        entry = RunEntry(rid=folder_id(rel), path=Path(d), rel=rel, task="run",
+                         item=str(task.get("id") or summary.get("run_id") or rel),
                          mode=summary.get("mode") or "sandbox", exit_reason=summary.get("exit_reason"),
                          model=config.get("model"), steps=int(totals.get("steps") or 0),
                          tokens=int(totals.get("total_tokens") or 0), wall_s=totals.get("wall_time_s"),
-                         cost=totals.get("cost_usd"), started=_unix(summary.get("created_at")) or mtime)
-        entry.live = entry.exit_reason is None and now - mtime < STALE_S
+                         cost=totals.get("cost_usd"),
+                         started=_unix(summary.get("created_at")) or _mtime(Path(d) / TRAJECTORY))
         if bench is not None:  # a sample still running (or cut off): no record yet
             parts = os.path.relpath(d, bench.path).split(os.sep)
             entry.task, entry.bench, entry.model = bench.task, bench.bid, entry.model or bench.model
             if len(parts) == 4:
                 entry.mode, entry.item = parts[1], str(task.get("id") or parts[2])
                 entry.repeat = int(parts[3][1:]) if parts[3][1:].isdigit() else None
-            bench.samples.append(entry)
         return entry
 
-    def _summary(self, path: str) -> dict:
-        st = os.stat(path)
-        stamp = (st.st_mtime_ns, st.st_size)
-        hit = self._summaries.get(path)
-        if hit and hit[0] == stamp:
-            return hit[1]
-        summary = read_summary(Path(path))
-        self._summaries[path] = (stamp, summary)
-        return summary
 
-
-def _bench_above(d: Path, bench_of: dict[Path, BenchEntry]) -> Optional[BenchEntry]:
-    for parent in list(d.parents)[:4]:  # samples/<mode>/<id>/r<k>: the benchmark is four levels up
-        if parent in bench_of:
-            return bench_of[parent]
+def _bench_above(d: str, bench_of: dict[str, BenchEntry]) -> Optional[BenchEntry]:
+    for _ in range(4):  # samples/<mode>/<id>/r<k>: the benchmark is four levels up
+        d = os.path.dirname(d)
+        if d in bench_of:
+            return bench_of[d]
     return None
 
 
