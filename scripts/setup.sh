@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install everything insandbox needs on a Debian or Ubuntu machine (run as root), idempotently:
-#   system packages (Docker engine, debootstrap, Python venv, a C++ toolchain) -> a running Docker
+#   system packages (Docker engine, debootstrap, Python venv, a C++ toolchain, Chromium) -> a running Docker
 #   engine -> the llama.cpp wheel for the embedded model (built once, cached) -> .venv with
 #   insandbox[dev,local,bench,rl,verl,ray] (torch pinned first) -> with `dev`, llama.cpp's llama-server
 #   for the tests against real third-party servers (built once, cached) -> the sandbox image and the
@@ -40,6 +40,8 @@ python3 -c "import venv, ensurepip" >/dev/null 2>&1 || need+=(python3-venv)
 command -v git >/dev/null 2>&1 || need+=(git)
 command -v g++ >/dev/null 2>&1 || need+=(build-essential)
 command -v cmake >/dev/null 2>&1 || need+=(cmake)
+# headless Chromium for the viewer's browser tests (tests/viewer, driven by Playwright's Python client)
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
 if [ ${#need[@]} -gt 0 ]; then
   log "installing ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive

@@ -235,3 +235,32 @@ def test_run_prints_its_cost_and_a_bad_price_file_is_one_line(scripted, tmp_path
         assert line == f"insandbox: {bad}: prices.priced-model.cached: unknown key (known: input, output, " \
                        "cache_read, cache_write, note)"
         assert not (tmp_path / f"bad-{command}").exists()
+
+
+def test_view_serves_a_folder_and_says_where(tmp_path):
+    from tests.viewer.synthetic import write_run
+
+    write_run(tmp_path / "runs" / "one", task_id="counting")
+    write_run(tmp_path / "runs" / "two")
+    exe = Path(sys.executable).parent / "insandbox"
+    proc = subprocess.Popen([str(exe), "view", str(tmp_path / "runs"), "--port", "0", "--no-open"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("insandbox view: http://127.0.0.1:"), line
+        url = line.split()[2]
+        import urllib.request
+
+        with urllib.request.urlopen(url) as r:
+            assert "counting" in r.read().decode()
+        port = int(url.rsplit(":", 1)[1].strip("/"))
+        r = cli("view", str(tmp_path / "runs"), "--port", str(port), "--no-open")  # the port is taken now
+        assert r.returncode == 2 and f"port {port} is in use" in r.stderr, r.stderr
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    r = cli("view", str(tmp_path / "nowhere"), "--no-open")
+    assert r.returncode == 2 and "is not a folder" in r.stderr
+    r = cli("view", str(tmp_path / "runs"), "--host", "no-such-host.invalid", "--no-open")
+    assert r.returncode == 2 and "cannot listen" in r.stderr
+    assert "warning: listening on no-such-host.invalid" in r.stderr

@@ -1,0 +1,79 @@
+"""Reading trajectory.json for the viewer: a cheap summary for the runs list, the full record for a run's page.
+
+The summary of a big file is read from its two ends only: trajectory.json is written by pydantic with
+one top-level key per line in a fixed order (the task and config near the start, the exit reason and
+the totals at the end), so the head up to "sandbox" and the tail from "exit_reason" are JSON objects
+of their own. A file written some other way is parsed whole."""
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any, Optional
+
+from ..trajectory import Trajectory
+
+WHOLE_BELOW = 256 * 1024  # smaller files are simply parsed whole
+ENDS = 256 * 1024  # bytes read from each end of a bigger one
+
+
+def _head_tail(path: Path, size: int) -> Optional[dict]:
+    with open(path, "rb") as f:
+        head = f.read(ENDS).decode("utf-8", errors="replace")
+        f.seek(max(size - ENDS, 0))
+        tail = f.read().decode("utf-8", errors="replace")
+    cut, start = head.find('\n "sandbox": '), tail.find('\n "exit_reason": ')
+    if cut < 0 or start < 0:
+        return None
+    try:
+        first = json.loads(head[:cut].rstrip().rstrip(",") + "\n}")
+        last = json.loads("{" + tail[start:])
+    except ValueError:
+        return None
+    return {**first, **last}
+
+
+def read_summary(path: Path) -> dict:
+    """The fields the runs list shows: run_id, mode, created_at, task, config, exit_reason, totals, ..."""
+    size = os.stat(path).st_size
+    data = _head_tail(path, size) if size > WHOLE_BELOW else None
+    if data is None:
+        data = json.loads(Path(path).read_text(encoding="utf-8", errors="replace"))
+    return {k: data.get(k) for k in ("run_id", "mode", "created_at", "finished_at", "task", "config", "exit_reason",
+                                     "exit_detail", "totals")}
+
+
+class TrajectoryCache:
+    """Full trajectories of the runs being looked at, reloaded when the file changes (kept: the last few)."""
+
+    def __init__(self, size: int = 8):
+        self.size = size
+        self._items: OrderedDict[str, tuple[tuple, Trajectory]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, path: Path) -> Trajectory:
+        st = os.stat(path)
+        stamp, key = (st.st_mtime_ns, st.st_size), str(path)
+        with self._lock:
+            hit = self._items.get(key)
+            if hit and hit[0] == stamp:
+                self._items.move_to_end(key)
+                return hit[1]
+        traj = Trajectory.load(path)
+        with self._lock:
+            self._items[key] = (stamp, traj)
+            self._items.move_to_end(key)
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+        return traj
+
+
+def tool_arguments(raw: str) -> Any:
+    """A tool call's arguments as the model sent them: a dict when they are a JSON object, else the raw text."""
+    try:
+        value = json.loads(raw)
+    except (ValueError, TypeError):
+        return raw
+    return value if isinstance(value, dict) else raw
