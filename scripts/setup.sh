@@ -40,8 +40,12 @@ python3 -c "import venv, ensurepip" >/dev/null 2>&1 || need+=(python3-venv)
 command -v git >/dev/null 2>&1 || need+=(git)
 command -v g++ >/dev/null 2>&1 || need+=(build-essential)
 command -v cmake >/dev/null 2>&1 || need+=(cmake)
-# headless Chromium for the viewer's browser tests (tests/viewer, driven by Playwright's Python client)
-command -v chromium >/dev/null 2>&1 || need+=(chromium)
+# headless Chromium for the viewer's browser tests (tests/viewer, driven by Playwright's Python client).
+# Ubuntu's `chromium` package is only a stub that installs a snap: there, step 4 fetches Playwright's build.
+distro=$(. /etc/os-release 2>/dev/null && echo "${ID:-}")
+if [ "$distro" != ubuntu ]; then
+  command -v chromium >/dev/null 2>&1 || need+=(chromium)
+fi
 if [ ${#need[@]} -gt 0 ]; then
   log "installing ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive
@@ -117,6 +121,11 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     .venv/bin/python -c "import torch, trl, transformers" || { echo "the RL extras did not install" >&2; exit 1; }
   fi
   echo "$want" >"$stamp"
+fi
+
+if [[ ",$extras," == *",dev,"* ]] && [ "$distro" = ubuntu ] && ! ls ~/.cache/ms-playwright/chromium-* >/dev/null 2>&1; then
+  log "installing Playwright's Chromium for the viewer's browser tests (Ubuntu has no Chromium package)"
+  .venv/bin/python -m playwright install --with-deps chromium >/dev/null
 fi
 
 # --- 4. llama.cpp's own server, for the tests against real third-party servers ---------------

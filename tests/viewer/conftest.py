@@ -2,12 +2,14 @@
 headless Chromium (Debian's package, driven by Playwright)."""
 from __future__ import annotations
 
+import glob
 import os
 import shutil
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
@@ -15,12 +17,14 @@ from insandbox.viewer.app import bind, server
 from tests.viewer.recorded import record_bench, record_run
 
 
-def chromium_path() -> str:
-    """Debian's chromium (Playwright cannot download its own browsers here); INSANDBOX_CHROMIUM overrides."""
-    for cand in (os.environ.get("INSANDBOX_CHROMIUM"), "/usr/lib/chromium/chromium", shutil.which("chromium"),
-                 shutil.which("chromium-browser")):
+def chromium_path() -> Optional[str]:
+    """Debian's chromium (Playwright cannot download its own browsers here); INSANDBOX_CHROMIUM overrides.
+    None: Playwright's own build (setup.sh installs it on Ubuntu, whose chromium package is a snap stub)."""
+    for cand in (os.environ.get("INSANDBOX_CHROMIUM"), "/usr/lib/chromium/chromium", shutil.which("chromium")):
         if cand and os.path.exists(cand):
             return cand
+    if glob.glob(os.path.expanduser("~/.cache/ms-playwright/chromium*")):
+        return None
     raise RuntimeError("no chromium: install it (scripts/setup.sh does: apt-get install chromium) "
                        "or set INSANDBOX_CHROMIUM")
 
