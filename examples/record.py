@@ -47,14 +47,27 @@ def record(name: str, out: Path | None = None) -> Path:
     from insandbox.models.scripted_server import ScriptedServer
 
     target = out if out is not None else EXAMPLES / name / "recorded"
+    # the last recording steps aside until the new one has succeeded (the run folder's path is recorded
+    # in the trajectory, so the new run must be written under its final name)
+    previous = target.with_name(target.name + ".previous")
+    if previous.exists():
+        shutil.rmtree(previous)
     if target.exists():
-        shutil.rmtree(target)
-    with ScriptedServer(EXAMPLES / name / "scripted.yaml") as server:
-        # relative paths in the trajectory: run from the repository root, write the run folder as given
-        dest = target if out is not None else Path("examples") / name / "recorded"
-        r = subprocess.run(run_command(name, server.url, dest), cwd=REPO, capture_output=True, text=True)
-    if r.returncode != 0:
-        raise RuntimeError(f"{name}: insandbox run exited {r.returncode}: {r.stderr.strip()[-2000:]}")
+        target.rename(previous)
+    try:
+        with ScriptedServer(EXAMPLES / name / "scripted.yaml") as server:
+            # relative paths in the trajectory: run from the repository root, write the run folder as given
+            dest = target if out is not None else Path("examples") / name / "recorded"
+            r = subprocess.run(run_command(name, server.url, dest), cwd=REPO, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise RuntimeError(f"{name}: insandbox run exited {r.returncode}: {r.stderr.strip()[-2000:]}")
+    except BaseException:
+        if previous.exists():
+            shutil.rmtree(target, ignore_errors=True)
+            previous.rename(target)
+        raise
+    if previous.exists():
+        shutil.rmtree(previous)
     return target
 
 
@@ -70,7 +83,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"record.py: no such example: {', '.join(unknown)} (known: {', '.join(known)})", file=sys.stderr)
         return 2
     for name in names:
-        run_dir = record(name, args.out.resolve() / name if args.out else None)
+        try:
+            run_dir = record(name, args.out.resolve() / name if args.out else None)
+        except RuntimeError as e:  # the run failed; its last recording is back in place
+            print(f"record.py: {e}", file=sys.stderr)
+            return 1
         files = sorted(p.relative_to(run_dir).as_posix() for p in (run_dir / "files").rglob("*") if p.is_file())
         print(f"{name}: {run_dir} ({', '.join(files)})")
     return 0
