@@ -13,6 +13,7 @@ from typing import Optional
 
 import pytest
 
+from insandbox.bench.report import write_report
 from insandbox.viewer.app import bind, server
 from tests.viewer.recorded import record_bench, record_run
 
@@ -63,6 +64,7 @@ def recorded(tmp_path_factory, docker_image) -> Path:
     record_run(root / "plot", docker_image)
     record_bench(root / "bench-chem", docker_image)
     (root / "bench-chem-rows.jsonl").unlink()
+    write_report([root / "bench-chem"])  # report/: figures and report.html, shown on the benchmark's page
     return root
 
 

@@ -7,6 +7,7 @@ import json
 import shutil
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 from playwright.sync_api import expect
@@ -99,6 +100,58 @@ def test_benchmark_view_and_both_trajectories_side_by_side(viewer, page):
     assert "echo A > /testbed/answer.txt; echo q2" in sandbox.locator("pre.command").inner_text()
     assert "Answer: B" in plain.locator(".reply").inner_text()
     assert page.errors == []
+
+
+def test_the_benchmark_shows_its_report_figures_and_opens_report_html(viewer, page):
+    page.goto(viewer.url(f"/b/{BENCH}"))
+    figures = page.locator(".figures img")
+    assert figures.count() >= 2
+    for i in range(figures.count()):
+        expect(figures.nth(i)).to_have_js_property("complete", True)
+        assert figures.nth(i).evaluate("el => el.naturalWidth") > 0
+    with page.context.expect_page() as opened:
+        page.click("a.report-html")
+    report = opened.value
+    report.wait_for_load_state()
+    assert report.locator("h1").inner_text() == "Benchmark report"
+    embedded = report.locator("img")
+    assert embedded.count() >= 2
+    for i in range(embedded.count()):  # data: URIs, drawn under the viewer's policy for report files
+        assert embedded.nth(i).get_attribute("src").startswith("data:image/png;base64,")
+        assert embedded.nth(i).evaluate("el => el.naturalWidth") > 0
+    assert page.errors == []
+
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def test_the_examples_recorded_runs_show_every_kind_of_produced_file(page):
+    """The case studies' recorded runs (examples/): map (HTML), poster (PNG and SVG), video (MP4), music (WAV, MIDI)."""
+    served = serve(EXAMPLES)
+    try:
+        def open_file(example: str, name: str):
+            page.goto(served.url(f"/r/{folder_id(f'{example}/recorded')}/view/files/{name}"))
+
+        open_file("travel_map", "map.html")
+        assert "Rome" in page.frame_locator("iframe.page").locator("h1").inner_text()
+        for name in ("poster.png", "poster.svg"):
+            open_file("poster", name)
+            img = page.locator("main img").first
+            expect(img).to_have_js_property("complete", True)
+            assert img.evaluate("el => el.naturalWidth") > 0, name
+        open_file("video", "explainer.mp4")
+        video = page.locator("video")
+        expect(video).to_have_js_property("readyState", 4)  # decoded enough to play through
+        assert video.evaluate("el => el.videoWidth") == 480
+        open_file("music", "theme.wav")
+        audio = page.locator("audio")
+        expect(audio).to_have_js_property("readyState", 4)
+        assert round(audio.evaluate("el => el.duration")) == 10
+        open_file("music", "theme.mid")
+        assert page.locator("table tr").count() > 10  # its notes, as a table
+        assert page.errors == []
+    finally:
+        served.stop()
 
 
 def test_a_running_trajectory_and_benchmark_update_in_the_open_page(recorded, tmp_path, page):
