@@ -437,7 +437,7 @@ def bench(
     for table in rich_tables(report):
         console.print(table)
     console.print(f"results: {result.run_dir / 'results.jsonl'}  summary: {result.run_dir / 'summary.json'}  "
-                  f"report: insandbox report {result.run_dir}")
+                  f"report: insandbox report {result.run_dir}  view: insandbox view {result.run_dir}")
 
 
 # ---------------------------------------------------------------------- the rest

@@ -208,5 +208,6 @@ class RichView:
         if result.answer is not None:
             lines, more = _clip_lines(result.answer.strip(), 6)
             table.add_row("answer", shown("\n".join(lines)) + (" …" if more else ""))
+        table.add_row("view", shown(f"insandbox view {result.run_dir}"))
         self.console.print("[blue]" + "─" * 60 + "[/blue]")
         self.console.print(table)
