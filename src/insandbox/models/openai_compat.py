@@ -61,7 +61,10 @@ DeltaHook = Callable[[str, str], None]  # (kind: "content" | "reasoning", text)
 
 
 def is_loopback(url: Optional[str]) -> bool:
-    host = urlparse(url or "").hostname or ""
+    return is_loopback_host(urlparse(url or "").hostname or "")
+
+
+def is_loopback_host(host: str) -> bool:
     if host == "localhost":
         return True
     try:

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import errno
-import ipaddress
 import socket
 from pathlib import Path
 from typing import Optional
@@ -15,6 +14,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.staticfiles import StaticFiles
 
+from ..models.openai_compat import is_loopback_host as is_loopback
 from .files import Listings, NotInside, human_size, language_of
 from .index import Index
 from .routes import routes
@@ -83,15 +83,6 @@ def make_app(root: Path) -> Starlette:
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
     app.state.viewer = viewer
     return app
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 class CannotListen(OSError):
