@@ -84,3 +84,21 @@ def test_runs_benchmark_samples_and_live_results_are_found(tmp_path, monkeypatch
                                      "trajectory": "samples/llm/q1/r0/trajectory.json"}) + "\n")
     index.scan()
     assert index.by_rid[folder_id("bench/samples/llm/q1/r0")].score == 0.0 and len(index.benches[0].records) == 2
+
+
+def test_a_running_benchmark_of_the_default_model_is_named_by_its_samples(tmp_path):
+    """bench.json has no model name for the embedded default model and summary.json comes at the end: the model
+    is the one its first finished sample's trajectory names."""
+    bench = tmp_path / "bench"
+    bench.mkdir()
+    (bench / "bench.json").write_text(json.dumps({"task": {"name": "math"}, "config": {"run": {"model": None}},
+                                                  "row_ids": ["q1"], "modes": ["sandbox"], "repeats": 1}))
+    write_run(bench / "samples" / "sandbox" / "q1" / "r0", task_id="q1", model="SmolLM2-135M-Instruct.Q4_1")
+    record = {"id": "q1", "task": "math", "mode": "sandbox", "repeat": 0, "score": 0.0, "exit_reason": "submitted",
+              "trajectory": "samples/sandbox/q1/r0/trajectory.json"}
+    index = Index(tmp_path, min_interval_s=0).scan()
+    assert index.benches == [] or index.benches[0].model is None  # no sample finished yet
+    (bench / "results.jsonl").write_text(json.dumps(record) + "\n")
+    (b,) = index.scan().benches
+    assert b.model == "SmolLM2-135M-Instruct.Q4_1"
+    assert index.by_rid[folder_id("bench/samples/sandbox/q1/r0")].model == "SmolLM2-135M-Instruct.Q4_1"

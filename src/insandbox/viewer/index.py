@@ -69,6 +69,8 @@ class BenchEntry:
     live: bool
     summary_stale: bool  # results were added after summary.json was written
     samples: list[RunEntry] = field(default_factory=list)
+    sample_model: Optional[str] = None  # the model a sample's trajectory names (the default model has no name
+    # in bench.json, and summary.json comes at the end)
 
     @property
     def task(self) -> str:
@@ -76,7 +78,8 @@ class BenchEntry:
 
     @property
     def model(self) -> Optional[str]:
-        return (self.meta.get("config", {}).get("run") or {}).get("model") or (self.summary or {}).get("model")
+        return ((self.meta.get("config", {}).get("run") or {}).get("model") or (self.summary or {}).get("model")
+                or self.sample_model)
 
 
 class _Results:
@@ -123,6 +126,7 @@ class Index:
         self._dirs: dict[str, tuple[int, list[str], set[str]]] = {}  # folder -> (mtime, subfolders, file names)
         self._entries: dict[str, tuple[tuple, Optional[dict], RunEntry]] = {}  # run folder -> (stamp, record, entry)
         self._results: dict[str, _Results] = {}
+        self._models: dict[str, Optional[str]] = {}  # benchmark folder -> the model its first sample names
         self._scanned_at = 0.0
         self.runs: list[RunEntry] = []
         self.benches: list[BenchEntry] = []
@@ -215,7 +219,17 @@ class Index:
         latest = max((m for m in (res_m, _mtime(Path(d) / BENCH)) if m is not None), default=0.0)
         live = stale and now - latest < STALE_S
         return BenchEntry(bid=folder_id(rel), path=Path(d), rel=rel, meta=meta, records=list(records.values()),
-                          summary=summary, live=live, summary_stale=stale)
+                          summary=summary, live=live, summary_stale=stale, sample_model=self._sample_model(d, records))
+
+    def _sample_model(self, d: str, records: dict[str, dict]) -> Optional[str]:
+        """The model named in the first finished sample's trajectory, read once per benchmark."""
+        if d not in self._models and records:
+            first = next(iter(records.values()))
+            try:
+                self._models[d] = (read_summary(Path(d) / first["trajectory"]).get("config") or {}).get("model")
+            except (OSError, ValueError, KeyError, TypeError):
+                self._models[d] = None
+        return self._models.get(d)
 
     # ------------------------------------------------------------------ runs
     def _run(self, d: str, now: float, bench_of: dict[str, BenchEntry]) -> Optional[RunEntry]:
