@@ -191,6 +191,15 @@ def test_a_running_trajectory_and_benchmark_update_in_the_open_page(recorded, tm
             f.write(lines[3])
         expect(page.locator(".results-count")).to_have_text("4", timeout=10000)
         expect(scores).to_have_count(2, timeout=10000)
+
+        results.write_text("".join(lines[:3]))  # the runs list's benchmarks table follows too
+        page.goto(served.url("/"))
+        count = page.locator("#benches td.num")
+        expect(count).to_have_text("3")
+        page.wait_for_timeout(1200)
+        with results.open("a") as f:
+            f.write(lines[3])
+        expect(count).to_have_text("4", timeout=10000)
         assert page.errors == []
     finally:
         served.stop()

@@ -143,6 +143,11 @@ def runs_list(request: Request) -> Response:
     return _page(request, "runs.html", benches=index.benches, choices=choices, **context)
 
 
+def benches_table(request: Request) -> Response:
+    """The benchmarks above the runs list, refreshed while any of them runs."""
+    return _page(request, "_benches.html", benches=_viewer(request).index.scan().benches)
+
+
 # ---------------------------------------------------------------------- one run
 def _step_view(step, cumulative: int) -> dict:
     calls = []
@@ -425,6 +430,7 @@ def no_icon(request: Request) -> Response:
 def routes() -> list[Route]:
     return [
         Route("/", runs_list), Route("/favicon.ico", no_icon), Route("/rows", runs_list), Route("/events", list_events),
+        Route("/benches", benches_table),
         Route("/r/{rid}", run_page), Route("/r/{rid}/head", run_head), Route("/r/{rid}/steps", run_steps),
         Route("/r/{rid}/files", run_files), Route("/r/{rid}/view/{path:path}", file_view),
         Route("/r/{rid}/raw/{path:path}", file_raw), Route("/r/{rid}/events", run_events),
