@@ -45,3 +45,11 @@ def test_trajectories_of_version_2_load_without_a_cost(tmp_path):
         "totals": {"steps": 1, "prompt_tokens": 5}}))
     old = Trajectory.load(path)
     assert old.price is None and old.totals.cost_usd is None and old.steps[0].cost_usd is None
+
+
+@pytest.mark.parametrize("text", ["[]", '"a string"', "3"])
+def test_a_json_file_that_is_not_an_object_is_refused_with_a_value_error(tmp_path, text):
+    path = tmp_path / "trajectory.json"
+    path.write_text(text)
+    with pytest.raises(ValueError, match="not a trajectory"):
+        Trajectory.load(path)

@@ -180,6 +180,8 @@ class Trajectory(BaseModel):
     @classmethod
     def load(cls, path: Path) -> Trajectory:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
+        if not isinstance(data, dict):
+            raise ValueError(f"{path}: a JSON {type(data).__name__}, not a trajectory")
         if data.get("schema_version", 0) > SCHEMA_VERSION:
             raise ValueError(f"{path}: schema_version {data['schema_version']} is newer than this insandbox "
                              f"({SCHEMA_VERSION}); upgrade insandbox")

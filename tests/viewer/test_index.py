@@ -102,3 +102,26 @@ def test_a_running_benchmark_of_the_default_model_is_named_by_its_samples(tmp_pa
     (b,) = index.scan().benches
     assert b.model == "SmolLM2-135M-Instruct.Q4_1"
     assert index.by_rid[folder_id("bench/samples/sandbox/q1/r0")].model == "SmolLM2-135M-Instruct.Q4_1"
+
+
+def test_a_damaged_trajectory_is_listed_as_unreadable_and_its_page_says_why(tmp_path):
+    write_run(tmp_path / "good")
+    (tmp_path / "cut").mkdir()
+    (tmp_path / "cut" / "trajectory.json").write_text('{"run_id": "x", "steps": [')  # runs write atomically
+    (tmp_path / "invalid").mkdir()
+    (tmp_path / "invalid" / "trajectory.json").write_text(json.dumps({"run_id": "y", "steps": [{"index": "one"}]}))
+    (tmp_path / "list").mkdir()
+    (tmp_path / "list" / "trajectory.json").write_text("[]")
+    index = Index(tmp_path, min_interval_s=0).scan()
+    by_rel = {r.rel: r for r in index.runs}
+    assert sorted(by_rel) == ["cut", "good", "invalid", "list"]
+    assert by_rel["good"].exit_reason == "submitted"
+    assert by_rel["cut"].exit_reason == "unreadable" and "cannot be read" in by_rel["cut"].error
+    assert by_rel["list"].exit_reason == "unreadable" and "not a trajectory" in by_rel["list"].error
+    client = TestClient(make_app(tmp_path))
+    assert client.get("/").status_code == 200
+    for rel in ("cut", "invalid", "list"):
+        page = client.get(f"/r/{folder_id(rel)}")
+        assert page.status_code == 422, rel
+        assert "cannot be read as a trajectory" in page.text
+    assert client.get(f"/r/{folder_id('good')}").status_code == 200

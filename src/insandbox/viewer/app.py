@@ -18,7 +18,7 @@ from ..models.openai_compat import is_loopback_host as is_loopback
 from .files import Listings, NotInside, human_size, language_of
 from .index import Index
 from .routes import routes
-from .trajectories import TrajectoryCache
+from .trajectories import TrajectoryCache, UnreadableTrajectory
 
 HERE = Path(__file__).parent
 
@@ -79,7 +79,10 @@ def make_app(root: Path) -> Starlette:
                                                                    detail=exc.detail, root=viewer.index.root)
         return Response(html, status_code=exc.status_code, media_type="text/html; charset=utf-8")
 
-    app = Starlette(routes=routes(), exception_handlers={HTTPException: not_found})
+    async def unreadable(request: Request, exc: UnreadableTrajectory) -> Response:
+        return await not_found(request, HTTPException(422, str(exc)))
+
+    app = Starlette(routes=routes(), exception_handlers={HTTPException: not_found, UnreadableTrajectory: unreadable})
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
     app.state.viewer = viewer
     return app

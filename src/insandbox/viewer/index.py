@@ -27,6 +27,9 @@ MAX_DEPTH = 12
 STALE_S = 15 * 60  # a run without an exit reason whose file has not changed for this long is not live
 
 
+UNREADABLE = "unreadable"  # the exit reason shown for a trajectory.json that cannot be read
+
+
 def folder_id(rel: str) -> str:
     """A stable, URL-safe id for a folder: a hash of its path relative to the root."""
     return hashlib.sha1(rel.encode("utf-8", errors="surrogateescape")).hexdigest()[:12]
@@ -274,8 +277,12 @@ class Index:
         rel = self._rel(d)
         try:
             summary = read_summary(Path(d) / TRAJECTORY)
-        except (OSError, ValueError):
-            return None  # being written for the first time, or not a trajectory
+        except FileNotFoundError:
+            return None  # gone since the folder was listed
+        except (OSError, ValueError) as e:  # runs write it atomically: this one is damaged, say so
+            return RunEntry(rid=folder_id(rel), path=Path(d), rel=rel, task="run", item=rel, mode="sandbox",
+                            exit_reason=UNREADABLE, error=f"trajectory.json cannot be read: {e}"[:300],
+                            started=_mtime(Path(d) / TRAJECTORY))
         totals = summary.get("totals") or {}
         task = summary.get("task") or {}
         config = summary.get("config") or {}

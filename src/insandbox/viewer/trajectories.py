@@ -41,8 +41,14 @@ def read_summary(path: Path) -> dict:
     data = _head_tail(path, size) if size > WHOLE_BELOW else None
     if data is None:
         data = json.loads(Path(path).read_text(encoding="utf-8", errors="replace"))
+    if not isinstance(data, dict):
+        raise ValueError(f"a JSON {type(data).__name__}, not a trajectory")
     return {k: data.get(k) for k in ("run_id", "mode", "created_at", "finished_at", "task", "config", "exit_reason",
                                      "exit_detail", "totals")}
+
+
+class UnreadableTrajectory(Exception):
+    """trajectory.json exists but is not one insandbox can read (cut short, edited, from a newer version)."""
 
 
 class TrajectoryCache:
@@ -61,7 +67,10 @@ class TrajectoryCache:
             if hit and hit[0] == stamp:
                 self._items.move_to_end(key)
                 return hit[1]
-        traj = Trajectory.load(path)
+        try:
+            traj = Trajectory.load(path)
+        except (OSError, ValueError) as e:  # ValueError: bad JSON, a failed validation, a newer schema
+            raise UnreadableTrajectory(f"{path}: cannot be read as a trajectory: {_first_line(e)}") from None
         with self._lock:
             self._items[key] = (stamp, traj)
             self._items.move_to_end(key)
@@ -77,3 +86,8 @@ def tool_arguments(raw: str) -> Any:
     except (ValueError, TypeError):
         return raw
     return value if isinstance(value, dict) else raw
+
+
+def _first_line(error: Exception) -> str:
+    lines = str(error).strip().splitlines()
+    return " ".join(lines[:3])[:500] if lines else type(error).__name__
