@@ -130,6 +130,7 @@ class Index:
         self._entries: dict[str, tuple[tuple, Optional[dict], RunEntry]] = {}  # run folder -> (stamp, record, entry)
         self._results: dict[str, _Results] = {}
         self._models: dict[str, Optional[str]] = {}  # benchmark folder -> the model its first sample names
+        self._parsed: dict[str, tuple[tuple, Optional[dict]]] = {}  # bench.json/summary.json -> (stamp, value)
         self._scanned_at = 0.0
         self.runs: list[RunEntry] = []
         self.benches: list[BenchEntry] = []
@@ -215,14 +216,27 @@ class Index:
         rel = self._rel(d)
         results = self._results.setdefault(d, _Results(Path(d) / RESULTS))
         records = results.load()
-        meta = _read_json(Path(d) / BENCH) or {}
-        summary = _read_json(Path(d) / SUMMARY)
+        meta = self._json(Path(d) / BENCH) or {}
+        summary = self._json(Path(d) / SUMMARY)
         res_m, sum_m = _mtime(Path(d) / RESULTS), _mtime(Path(d) / SUMMARY)
         stale = summary is None or (res_m is not None and sum_m is not None and res_m > sum_m)
         latest = max((m for m in (res_m, _mtime(Path(d) / BENCH)) if m is not None), default=0.0)
         live = stale and now - latest < STALE_S
         return BenchEntry(bid=folder_id(rel), path=Path(d), rel=rel, meta=meta, records=list(records.values()),
                           summary=summary, live=live, summary_stale=stale, sample_model=self._sample_model(d, records))
+
+    def _json(self, path: Path) -> Optional[dict]:
+        """bench.json or summary.json, parsed again only when it changed (every scan asks)."""
+        try:
+            st = os.stat(path)
+        except OSError:
+            self._parsed.pop(str(path), None)
+            return None
+        stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
+        hit = self._parsed.get(str(path))
+        if hit is None or hit[0] != stamp:
+            hit = self._parsed[str(path)] = (stamp, _read_json(path))
+        return hit[1]
 
     def _sample_model(self, d: str, records: dict[str, dict]) -> Optional[str]:
         """The model named in the first finished sample's trajectory, read once per benchmark."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import mimetypes
 import os
+from pathlib import Path
 from typing import Any, Optional
 from urllib.parse import urlencode
 
@@ -17,6 +18,7 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, RedirectResponse, Response
 from starlette.routing import Route
 
+from ..bench.stats import accuracy
 from . import files as F
 from .index import BenchEntry, RunEntry
 from .live import stream
@@ -58,23 +60,32 @@ def _int(value: Optional[str], default: int = 0, low: int = 0) -> int:
         return default
 
 
-def _run(request: Request) -> RunEntry:
-    v = _viewer(request)
-    entry = v.index.scan().by_rid.get(request.path_params["rid"])
+def _lookup(request: Request, table: str, key: str, what: str):
+    """The index entry the URL names; a folder made a moment ago gets a fresh scan before a 404."""
+    index, wanted = _viewer(request).index, request.path_params[key]
+    entry = getattr(index.scan(), table).get(wanted) or getattr(index.scan(force=True), table).get(wanted)
     if entry is None:
-        entry = v.index.scan(force=True).by_rid.get(request.path_params["rid"])  # made a moment ago
-    if entry is None:
-        raise HTTPException(404, "no such run under the viewer's folder")
+        raise HTTPException(404, f"no such {what} under the viewer's folder")
     return entry
+
+
+def _run(request: Request) -> RunEntry:
+    return _lookup(request, "by_rid", "rid", "run")
 
 
 def _bench(request: Request) -> BenchEntry:
-    v = _viewer(request)
-    entry = v.index.scan().by_bid.get(request.path_params["bid"]) or \
-        v.index.scan(force=True).by_bid.get(request.path_params["bid"])
-    if entry is None:
-        raise HTTPException(404, "no such benchmark under the viewer's folder")
-    return entry
+    return _lookup(request, "by_bid", "bid", "benchmark")
+
+
+def _inside(base: os.PathLike, rel: str, is_kind, missing: str) -> Path:
+    """base/rel, strictly inside base (files.resolve_inside) and of the kind asked for, else a 404."""
+    try:
+        path = F.resolve_inside(base, rel)
+    except F.NotInside:
+        raise HTTPException(404, missing) from None
+    if not is_kind(path):
+        raise HTTPException(404, missing)
+    return path
 
 
 # ---------------------------------------------------------------------- the runs list
@@ -218,12 +229,7 @@ def run_files(request: Request) -> Response:
     """A page of one folder of the run (files/ by default), filtered by name."""
     entry = _run(request)
     folder_rel = (request.query_params.get("dir") or "files").strip("/")
-    try:
-        folder = F.resolve_inside(entry.path, folder_rel)
-    except F.NotInside:
-        raise HTTPException(404, "no such folder in this run") from None
-    if not folder.is_dir():
-        raise HTTPException(404, "not a folder")
+    folder = _inside(entry.path, folder_rel, Path.is_dir, "no such folder in this run")
     page, needle = _int(request.query_params.get("page")), request.query_params.get("q", "")
     entries, total = _viewer(request).listings.page(folder, page, needle)
     crumbs, acc = [], []
@@ -237,13 +243,7 @@ def run_files(request: Request) -> Response:
 def _file(request: Request) -> tuple[RunEntry, str, os.PathLike]:
     entry = _run(request)
     rel = request.path_params["path"]
-    try:
-        path = F.resolve_inside(entry.path, rel)
-    except F.NotInside:
-        raise HTTPException(404, "no such file in this run") from None
-    if not path.is_file():
-        raise HTTPException(404, "not a file")
-    return entry, rel, path
+    return entry, rel, _inside(entry.path, rel, Path.is_file, "no such file in this run")
 
 
 def file_view(request: Request) -> Response:
@@ -314,18 +314,15 @@ def _items(bench: BenchEntry) -> list[dict]:
 
 
 def _tally(bench: BenchEntry) -> dict[str, dict]:
-    """Per mode, from the records as they are now: samples, mean score, errors (for a run still going)."""
-    out: dict[str, dict] = {}
+    """Per mode, from the records as they are now (for a run still going): the benchmark's own accuracy
+    summary (bench/stats.py), with every sample counted, errors and unscored ones included."""
+    by_mode: dict[str, list[dict]] = {}
     for r in bench.records:
-        t = out.setdefault(r.get("mode", "?"), {"n": 0, "scored": 0, "sum": 0.0, "errors": 0})
-        t["n"] += 1
-        if r.get("error"):
-            t["errors"] += 1
-        elif r.get("score") is not None:
-            t["scored"] += 1
-            t["sum"] += float(r["score"])
-    for t in out.values():
-        t["mean"] = t["sum"] / t["scored"] if t["scored"] else None
+        by_mode.setdefault(r.get("mode", "?"), []).append(r)
+    out = {}
+    for mode, recs in by_mode.items():
+        acc = accuracy(recs)
+        out[mode] = {"samples": len(recs), "mean": acc["accuracy"], "errors": acc["errors"]}
     return out
 
 
@@ -384,12 +381,7 @@ def bench_compare(request: Request) -> Response:
 
 def bench_report_file(request: Request) -> Response:
     bench = _bench(request)
-    try:
-        path = F.resolve_inside(bench.path / "report", request.path_params["path"])
-    except F.NotInside:
-        raise HTTPException(404, "no such report file") from None
-    if not path.is_file():
-        raise HTTPException(404, "no such report file")
+    path = _inside(bench.path / "report", request.path_params["path"], Path.is_file, "no such report file")
     media = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
     if path.suffix in (".md", ".json"):
         media = "text/plain; charset=utf-8"
