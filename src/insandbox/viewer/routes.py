@@ -194,12 +194,17 @@ def prompt_messages(traj) -> tuple[Optional[str], Optional[str]]:
     return system, user
 
 
-def _run_context(request: Request, entry: RunEntry) -> dict:
+def _head_context(request: Request, entry: RunEntry) -> dict:
     v = _viewer(request)
-    traj = v.trajectories.get(entry.path / "trajectory.json")
+    return dict(entry=entry, traj=v.trajectories.get(entry.path / "trajectory.json"),
+                bench=v.index.by_bid.get(entry.bench) if entry.bench else None)
+
+
+def _run_context(request: Request, entry: RunEntry) -> dict:
+    context = _head_context(request, entry)
+    traj = context["traj"]
     system, user = prompt_messages(traj)
-    bench = v.index.by_bid.get(entry.bench) if entry.bench else None
-    return dict(entry=entry, traj=traj, system=system, user=user, bench=bench, steps=step_views(traj, 0, STEPS_PAGE),
+    return dict(context, system=system, user=user, steps=step_views(traj, 0, STEPS_PAGE),
                 next_start=min(STEPS_PAGE, len(traj.steps)), steps_page=STEPS_PAGE,
                 has_files=(entry.path / "files").is_dir(), answer_file=(entry.path / "answer.txt").is_file())
 
@@ -210,8 +215,8 @@ def run_page(request: Request) -> Response:
 
 
 def run_head(request: Request) -> Response:
-    entry = _run(request)
-    return _page(request, "_run_head.html", **_run_context(request, entry))
+    """The run's header alone (a live page refreshes it at every change: no step views to build)."""
+    return _page(request, "_run_head.html", **_head_context(request, _run(request)))
 
 
 def run_steps(request: Request) -> Response:
