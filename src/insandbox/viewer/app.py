@@ -15,7 +15,8 @@ from starlette.responses import Response
 from starlette.staticfiles import StaticFiles
 
 from ..models.openai_compat import is_loopback_host as is_loopback
-from .files import Listings, NotInside, human_size, language_of
+from ..sandbox.copyback import human_size
+from .files import Listings, NotInside, language_of
 from .index import Index
 from .routes import routes
 from .trajectories import TrajectoryCache, UnreadableTrajectory

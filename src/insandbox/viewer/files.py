@@ -165,14 +165,3 @@ def read_table(path: Path, rows: int = TABLE_ROWS) -> tuple[list[list[str]], boo
     except csv.Error:
         pass
     return out, False
-
-
-def human_size(n: Optional[int]) -> str:
-    if n is None:
-        return ""
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{n} B"

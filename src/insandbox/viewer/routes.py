@@ -242,7 +242,7 @@ def run_files(request: Request) -> Response:
         acc.append(part)
         crumbs.append((part, "/".join(acc)))
     return _page(request, "_files.html", entry=entry, folder=folder_rel, entries=entries, total=total, page=page,
-                 q=needle, pages=max(math.ceil(total / F.PAGE), 1), crumbs=crumbs, human_size=F.human_size)
+                 q=needle, pages=max(math.ceil(total / F.PAGE), 1), crumbs=crumbs)
 
 
 def _file(request: Request) -> tuple[RunEntry, str, os.PathLike]:
@@ -256,7 +256,7 @@ def file_view(request: Request) -> Response:
     entry, rel, path = _file(request)
     kind = F.kind_of(path.name)
     context: dict[str, Any] = dict(entry=entry, rel=rel, name=path.name, kind=kind, size=path.stat().st_size,
-                                   human_size=F.human_size, raw=f"/r/{entry.rid}/raw/{rel}")
+                                   raw=f"/r/{entry.rid}/raw/{rel}")
     if kind == "table":
         context["rows"], context["more_rows"] = F.read_table(path)
     elif kind == "text":
