@@ -55,17 +55,18 @@ def sandbox_factory(docker_image):
     async def make(**spec):
         sb = create_sandbox(SandboxSpec(image=docker_image, run_id="test", **spec))
         await sb.start()
-        made.append(sb.container_id)
+        made.append(sb)
         return sb
 
     yield make
-    from insandbox.sandbox import engine
+    from insandbox.sandbox import engine, etc_files
 
-    for cid in made:  # a test that failed half way must not leave containers behind
+    for sb in made:  # a test that failed half way must not leave containers (or their /etc files) behind
         try:
-            engine.api().remove_container(cid, force=True)
+            engine.api().remove_container(sb.container_id, force=True)
         except Exception:
             pass
+        etc_files.remove(sb.name)
 
 
 @pytest.fixture

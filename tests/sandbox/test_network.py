@@ -267,3 +267,108 @@ def test_clean_keeps_a_proxy_that_is_or_was_just_in_use():
     assert "no sandbox for 10 minutes" in proxy.idle_reason(users=0, last_join_s=None, everything=False)
     assert "no sandbox" in proxy.idle_reason(users=0, last_join_s=proxy.IDLE_GRACE_S + 1, everything=False)
     assert proxy.idle_reason(users=3, last_join_s=1, everything=True) == "--all"
+
+
+# ---------------------------------------------------------------------- sandbox to sandbox
+LISTENERS = r"""
+import socket, threading
+def tcp():
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("0.0.0.0", 9000))
+    s.listen(8)
+    while True:
+        c, _ = s.accept()
+        c.sendall(b"hello")
+        c.close()
+def udp():
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind(("0.0.0.0", 9001))
+    while True:
+        d, _ = s.recvfrom(100)
+        open("/tmp/udp", "ab").write(d)
+threading.Thread(target=udp, daemon=True).start()
+tcp()
+"""
+SEND_UDP = r"""
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
+for target in (sys.argv[1], "255.255.255.255"):
+    try:
+        s.sendto(b"leak", (target, 9001))
+    except OSError:
+        pass
+"""
+REVERSE_DNS = r"""
+import socket, sys
+socket.setdefaulttimeout(2)
+try:
+    print(socket.gethostbyaddr(sys.argv[1]))
+except OSError:
+    print("no answer")
+"""
+HOG = r"""
+import os, socket, time
+host, port = os.environ["http_proxy"].split("//")[1].split(":")
+held, refused = [], 0
+for _ in range(700):
+    try:
+        s = socket.create_connection((host, int(port)), timeout=2)
+        s.sendall(b"CONNECT pypi.org:443 HTTP/1.1\r\n")  # never finished
+        held.append(s)
+    except OSError:
+        refused += 1
+print(len(held), refused, flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize("mode", ["bridge", "registries"])
+def test_sandboxes_cannot_reach_each_other(sandbox_factory, run_async, mode):
+    """Two sandboxes of one mode side by side: neither reaches the other's listener (TCP or UDP, by
+    address, by broadcast) or learns its name from the engine's DNS."""
+    async def main():
+        a = await sandbox_factory(limits=SandboxLimits(network=mode))
+        b = await sandbox_factory(limits=SandboxLimits(network=mode))
+        await a.write_file("/tmp/listen.py", LISTENERS.encode())
+        await a.run("nohup python3 /tmp/listen.py >/dev/null 2>&1 & sleep 1")
+        own = (await a.run("python3 -c \"import socket; s = socket.create_connection(('127.0.0.1', 9000), 3); "
+                           "print(s.recv(5))\"")).output
+        address = subprocess.run(["docker", "inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}}"
+                                  "{{end}}", a.name], capture_output=True, text=True).stdout.strip()
+        await b.write_file("/tmp/probe.py", PROBE.encode())
+        seen = json.loads((await b.exec(["python3", "/tmp/probe.py", f"{address}:9000"], timeout=60)).stdout)
+        await b.write_file("/tmp/udp.py", SEND_UDP.encode())
+        await b.write_file("/tmp/rdns.py", REVERSE_DNS.encode())
+        await b.run(f"python3 /tmp/udp.py {address}; sleep 1")
+        udp = (await a.run("cat /tmp/udp 2>/dev/null | wc -c")).output.strip()
+        names = (await b.run(f"RES_OPTIONS='timeout:1 attempts:1' getent hosts {a.name} || echo no answer; "
+                             f"python3 /tmp/rdns.py {address}", timeout=60)).output
+        return own, address, seen, udp, names, b.info()
+
+    own, address, seen, udp, names, info = run_async(main())
+    assert "hello" in own and address, (own, address)  # the listener works, from inside its own sandbox
+    assert seen[f"{address}:9000"] != "ok", seen
+    assert udp == "0", udp
+    assert names.split("\n")[0].strip() == "no answer" and "insandbox" not in names, names
+    assert info.get("isolated"), info
+
+
+def test_one_sandbox_cannot_starve_the_registries_proxy(sandbox_factory, run_async):
+    """One sandbox opens hundreds of half-sent connections to the shared proxy; another sandbox's
+    requests through it are still answered (here with the proxy's own 403 for a host off the list,
+    which needs no outside network), and the first holds at most its share."""
+    async def main():
+        a = await sandbox_factory(limits=SandboxLimits(network="registries"))
+        b = await sandbox_factory(limits=SandboxLimits(network="registries"))
+        await a.write_file("/tmp/hog.py", HOG.encode())
+        await a.run("nohup python3 /tmp/hog.py > /tmp/hog.out 2>&1 & sleep 8; cat /tmp/hog.out", timeout=60)
+        held = (await a.run("cat /tmp/hog.out")).output.split()
+        answers = [(await b.run("curl -sS -m 20 -o /dev/null -w '%{http_code}' http://example.com/", timeout=60)).output
+                   for _ in range(5)]
+        return held, answers
+
+    held, answers = run_async(main())
+    assert held and int(held[0]) <= 32 and int(held[1]) >= 600, held
+    assert answers == ["403"] * 5, answers

@@ -11,32 +11,52 @@ import pytest
 
 from insandbox.sandbox import SandboxError
 
-# Every path of the container's root filesystem (other mounts skipped) with its type, mode, owner,
-# size, modification time, link target and a checksum of its content.
+# Every path of the container's root filesystem (other mounts skipped), "/" itself included, with its
+# type, mode, owner, size, modification time, link target, a checksum of its content, its extended
+# attributes (ACLs are some) and its chattr flags.
 MANIFEST = r"""
-import json, os, stat, zlib
+import fcntl, json, os, stat, zlib
 mounts = set()
 for line in open('/proc/self/mountinfo'):
     mounts.add(line.split()[4])
 out = {}
+def extras(p, st):
+    names = sorted(os.listxattr(p, follow_symlinks=False)) if not stat.S_ISLNK(st.st_mode) else []
+    row = [[n, os.getxattr(p, n, follow_symlinks=False).hex()] for n in names]
+    flags = None
+    if stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode):
+        fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        try:
+            buf = bytearray(8)
+            fcntl.ioctl(fd, 0x80086601, buf, True)
+            # chattr's flags a user may set, not those the file system keeps ("extents", "indexed")
+            flags = int.from_bytes(bytes(buf[:4]), 'little') & 0x2083c0ff
+        except OSError:
+            pass
+        os.close(fd)
+    return [row, flags]
+def entry(p):
+    st = os.lstat(p)
+    row = [stat.S_IFMT(st.st_mode), stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid, st.st_mtime_ns]
+    if stat.S_ISLNK(st.st_mode):
+        row.append(os.readlink(p))
+    elif stat.S_ISREG(st.st_mode):
+        crc = 0
+        with open(p, 'rb') as f:
+            for chunk in iter(lambda: f.read(1 << 20), b''):
+                crc = zlib.crc32(chunk, crc)
+        row += [st.st_size, crc]
+    out[p] = row + extras(p, st)
+    return st
 def walk(d):
     for name in sorted(os.listdir(d)):
         p = os.path.join(d, name)
         if p in mounts:
             continue
-        st = os.lstat(p)
-        row = [stat.S_IFMT(st.st_mode), stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid, st.st_mtime_ns]
-        if stat.S_ISLNK(st.st_mode):
-            row.append(os.readlink(p))
-        elif stat.S_ISREG(st.st_mode):
-            crc = 0
-            with open(p, 'rb') as f:
-                for chunk in iter(lambda: f.read(1 << 20), b''):
-                    crc = zlib.crc32(chunk, crc)
-            row += [st.st_size, crc]
-        out[p] = row
-        if stat.S_ISDIR(st.st_mode):
+        if stat.S_ISDIR(entry(p).st_mode):
             walk(p)
+st = entry('/')
+out['/'][4] = None  # "/"'s own mtime moves with the mount points the engine makes in it
 walk('/')
 print(json.dumps(out))
 """

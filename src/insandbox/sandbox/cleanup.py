@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import socket
 
-from . import engine, proxy
+from . import engine, etc_files, proxy
 from .base import Leftover
 from .docker import LABEL, LABEL_OWNER, LABEL_RUN, process_start
 
@@ -80,4 +80,22 @@ def clean(everything: bool = False, dry_run: bool = False) -> list[Leftover]:
     from .snapshot import clean_images  # after the containers: an image in use is kept
 
     return (removed + proxy.clean(everything, dry_run, removing={item.id for item in removed})
-            + clean_images(everything, dry_run))
+            + clean_images(everything, dry_run) + clean_etc_folders(everything, dry_run))
+
+
+def clean_etc_folders(everything: bool, dry_run: bool) -> list[Leftover]:
+    """The host folders of sandboxes' /etc files (etc_files.py) whose container is gone and whose
+    owner is gone (or any owner, with `everything`)."""
+    names = {n.lstrip("/") for c in engine.api().containers(all=True, filters={"label": f"{LABEL}=1"})
+             for n in c.get("Names") or []}
+    out = []
+    for folder, owner in etc_files.folders():
+        if folder.name in names:
+            continue
+        reason = owner_gone(owner) or ("--all" if everything else "")
+        if not reason:
+            continue
+        if not dry_run:
+            etc_files.remove(folder.name)
+        out.append(Leftover(id=folder.name, name=str(folder), run_id="", status="files", reason=reason))
+    return out

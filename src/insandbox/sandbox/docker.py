@@ -26,7 +26,7 @@ import uuid
 from pathlib import Path
 from typing import ClassVar, Optional
 
-from . import admission, archive, engine, limits
+from . import admission, archive, engine, etc_files, limits, netfilter
 from .base import (
     BLOCK_DEVICE,
     CHAR_DEVICE,
@@ -78,6 +78,26 @@ class ImageNotFound(SetupError):
         super().__init__(f"image {image!r} not found; build it with `insandbox image build --tag {image}` "
                          "(or pull it into the engine)")
         self.image = image
+
+
+UNISOLATED_ENV = "INSANDBOX_UNISOLATED_ENGINE"  # "1": run on an engine where sandboxes cannot be kept apart
+
+
+def isolation_unavailable(network: str) -> str:
+    """Why sandboxes in this network mode could not be kept apart from each other and from the
+    engine's files here ("" when they can): fail closed, unless the user said they accept it."""
+    if os.environ.get(UNISOLATED_ENV) == "1":
+        return ""
+    if not engine.is_local():
+        return (f"the Docker engine at {engine.docker_host()} is not on this machine: a sandbox's /etc files and "
+                f"packet filter are set from the engine's host. Run insandbox there, or set {UNISOLATED_ENV}=1 to "
+                "accept sandboxes that can reach each other")
+    if network in ("bridge", REGISTRIES):
+        why = netfilter.why_unavailable()
+        if why:
+            return (f"--network {network}: sandboxes could reach each other ({why}). Use --network none, name a "
+                    f"Docker network of your own with --network NAME, or set {UNISOLATED_ENV}=1 to accept it")
+    return ""
 
 
 def server_source() -> str:
@@ -144,7 +164,10 @@ class DockerSandbox:
         self.uses = 0  # samples this container has served (recycling gives it more than one)
         self.last_recycle: dict = {}  # what the reset before the current sample did
         self._restorer = None  # recycle.Restorer, made at start when the spec asks for recycling
-        self._host_files: dict[str, bytes] = {}  # /etc/hosts, resolv.conf, hostname as at start
+        self.not_recyclable = ""  # why this container must serve one sample only
+        self.isolated = False  # its packet filter keeps it apart from the other sandboxes (netfilter.py)
+        self._inspect: dict = {}  # the engine's inspect, right after the start
+        self._proxy: Optional[tuple[str, str]] = None  # registries: the proxy's (address, name)
         self._slot: Optional[admission.Slot] = None  # this sandbox's room on the host
 
     # ------------------------------------------------------------------ the backend
@@ -157,6 +180,9 @@ class DockerSandbox:
 
         api = await engine.call(engine.api)
         net = spec.limits.network
+        why = isolation_unavailable(net)
+        if why:
+            raise SetupError(why)
         if net == REGISTRIES:
             await engine.call(proxy.ensure, on_status, on_progress)
         elif net not in BUILTIN_NETWORKS and not net.startswith("container:"):
@@ -228,6 +254,7 @@ class DockerSandbox:
         await admission.gate().start(self.spec.limits.network, self._start_once, self._fresh_attempt)
 
     def _fresh_attempt(self) -> None:
+        etc_files.remove(self.name)
         self.container_id, self.channel, self._closed = None, None, False
         self.name = f"insandbox-{self.spec.run_id or 'x'}-{uuid.uuid4().hex[:6]}"
 
@@ -245,7 +272,11 @@ class DockerSandbox:
             px = await engine.call(proxy.ensure)
             network_mode, env = px.network_id, {**px.env(), **env}
             self.network_info = px.info()
+            self._proxy = (px.address, px.name)
         self._network_mode, self._env = network_mode, env
+        why = isolation_unavailable(lim.network)
+        if why:
+            raise SetupError(why)
         try:
             size = await engine.call(limits.storage_size, api, self.spec.image, lim.disk)
         except docker.errors.ImageNotFound:
@@ -270,6 +301,8 @@ class DockerSandbox:
             self.channel = await Channel.attach(engine.docker_host(), api.api_version, self.container_id, self.name)
             await engine.call(api.start, self.container_id)
             t2 = time.perf_counter()
+            self._inspect = await engine.call(api.inspect_container, self.container_id)
+            await self._keep_apart()
             self.server_info = await self.channel.handshake(server_source())
         except docker.errors.APIError as e:
             await self.close()
@@ -280,23 +313,45 @@ class DockerSandbox:
         self.timings.update(create_s=t1 - t0, start_s=t2 - t1, ready_s=time.perf_counter() - t2)
         self.uses = 1
         if self.spec.recyclable:
-            await self._keep_for_recycling(api)
+            await self._keep_for_recycling()
+
+    async def _keep_apart(self) -> None:
+        """Before the sandbox runs anything: its packet filter on a shared network (netfilter.py), and
+        its own address under its name in /etc/hosts."""
+        net = self.spec.limits.network
+        if net not in ("bridge", REGISTRIES) or (os.environ.get(UNISOLATED_ENV) == "1" and netfilter.why_unavailable()):
+            return
+        self.isolated = True
+        rules = netfilter.bridge_rules if net == "bridge" else netfilter.registries_rules
+        from .proxy import PORT
+
+        where = netfilter.placement(self._inspect, (self._proxy[0], PORT) if self._proxy else None)
+        await asyncio.to_thread(netfilter.apply, where, rules(where))
+        address = netfilter.own_address(self._inspect)
+        if address:
+            text = etc_files.contents(net, True, self._proxy, address)["hosts"]
+            await asyncio.to_thread(etc_files.rewrite, self.name, "hosts", text)
 
     # ------------------------------------------------------------------ recycling (see recycle.py)
-    async def _keep_for_recycling(self, api) -> None:
-        """Note what a reset needs: the container's layers, and the files the engine mounts into it
-        (/etc/hosts, resolv.conf, hostname), which the sample may change and its layer does not hold."""
+    async def _keep_for_recycling(self) -> None:
+        """Note what a reset needs (the container's layers), unless something makes this container one
+        that must never serve a second sample: capabilities given back (CAP_SYS_PTRACE would reach the
+        server), or a server that cannot vouch for itself (server.py, Guard)."""
         from . import recycle
 
-        info = await engine.call(api.inspect_container, self.container_id)
+        guard = self.server_info.get("guard") or {}
+        if self.spec.limits.cap_add:
+            self.not_recyclable = "capabilities were given back (--cap-add)"
+        elif guard.get("dumpable") != 0 or guard.get("gaps") or "guard" not in self.server_info:
+            self.not_recyclable = "; ".join(guard.get("gaps") or []) or "the server cannot protect itself"
+        if self.not_recyclable:
+            return
         try:
-            self._restorer = recycle.restorer_for(info)
+            self._restorer = recycle.restorer_for(self._inspect)
             await asyncio.to_thread(self._restorer.note_baseline)
-            for key in ("HostsPath", "ResolvConfPath", "HostnamePath"):
-                if info.get(key):
-                    self._host_files[info[key]] = Path(info[key]).read_bytes()
-        except OSError:
+        except OSError as e:
             self._restorer = None  # not recyclable here: a pool closes it after its sample
+            self.not_recyclable = str(e)
 
     @property
     def alive(self) -> bool:
@@ -320,7 +375,12 @@ class DockerSandbox:
         t0 = time.perf_counter()
         reply = await self._request("reset", 30.0)
         if reply.get("left"):
+            self._restorer = None
             raise SandboxError(f"{reply['left']} process(es) of the last sample would not die")
+        if reply.get("problems") or "problems" not in reply:
+            self._restorer = None
+            raise SandboxError("the last sample left what a reset cannot put back: "
+                               + "; ".join(reply.get("problems") or ["the server did not say"]))
         try:
             restored = await asyncio.to_thread(self._restore_files)
         except (OSError, RestoreError) as e:
@@ -334,12 +394,7 @@ class DockerSandbox:
         return self.last_recycle
 
     def _restore_files(self) -> dict:
-        stats = self._restorer.restore().as_dict()
-        for path, data in self._host_files.items():
-            if Path(path).read_bytes() != data:
-                Path(path).write_bytes(data)
-                stats["engine_files_restored"] = stats.get("engine_files_restored", 0) + 1
-        return stats
+        return self._restorer.restore().as_dict()
 
     async def _own_filesystem(self, api) -> Optional[str]:
         """On storage that cannot cap a container's disk: a filesystem of that size (disk.py)."""
@@ -360,7 +415,13 @@ class DockerSandbox:
     async def _create(self, api, labels: dict, size: Optional[str]) -> dict:
         import docker.errors
 
-        host_config = api.create_host_config(**limits.host_config_kwargs(self.spec.limits, size, self._network_mode))
+        net = self.spec.limits.network
+        binds = None
+        if not net.startswith("container:") and engine.is_local():  # that mode shares the other's files
+            files = etc_files.contents(net, net in (*BUILTIN_NETWORKS, REGISTRIES), self._proxy)
+            binds = await asyncio.to_thread(etc_files.create, self.name, files, labels[LABEL_OWNER])
+        host_config = api.create_host_config(**limits.host_config_kwargs(self.spec.limits, size, self._network_mode),
+                                             binds=binds)
         creating = asyncio.ensure_future(engine.call(
             api.create_container, self.spec.image, command=["python3", "-c", BOOTSTRAP],
             entrypoint=[], stdin_open=True, detach=False, tty=False, working_dir=self.spec.workdir,
@@ -391,6 +452,8 @@ class DockerSandbox:
                 "disk_limit": self.disk_limit,
                 "timings": dict(self.timings), "server_info": dict(self.server_info),
                 **({"uses": self.uses, "recycled": dict(self.last_recycle)} if self.uses > 1 else {}),
+                **({"not_recyclable": self.not_recyclable} if self.spec.recyclable and self.not_recyclable else {}),
+                **({"isolated": True} if self.isolated else {}),
                 **({"network": dict(self.network_info)} if self.network_info else {})}
 
     async def close(self) -> None:
@@ -422,6 +485,7 @@ class DockerSandbox:
                     raise SandboxError(f"could not remove container {self.name}: {e}") from e
             LIVE.pop(self.container_id, None)
             UNREMOVED.pop(self.container_id, None)
+        await asyncio.to_thread(etc_files.remove, self.name)
 
     async def snapshot(self):
         """Freeze this sandbox's files and shell state into a `Snapshot` that starts independent copies

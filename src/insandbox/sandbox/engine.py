@@ -31,6 +31,14 @@ def docker_host() -> str:
     return os.environ.get("DOCKER_HOST") or DEFAULT_SOCKET
 
 
+def is_local() -> bool:
+    """The engine runs on this machine (reached through a unix socket here)."""
+    from urllib.parse import urlparse
+
+    url = urlparse(docker_host())
+    return url.scheme in ("unix", "") and os.path.exists(url.path or docker_host())
+
+
 def api():
     """The process-wide low-level Docker client (docker.APIClient)."""
     global _api

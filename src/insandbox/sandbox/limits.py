@@ -103,7 +103,10 @@ def host_config_kwargs(limits: SandboxLimits, size: Optional[str], network_mode:
         security_opt=[NO_NEW_PRIVILEGES],
         # the server's own files (the command being run, the shell's saved state) live in memory,
         # so a sandbox whose disk is full still runs the commands that free it
-        tmpfs={STATE_DIR: "size=16m,mode=0700"})
+        tmpfs={STATE_DIR: "size=16m,mode=0700"},
+        # the engine would keep every byte the server writes to stdout or stderr in a log file on the
+        # host, with no size limit; the channel (the attach stream) is where insandbox reads them
+        log_config={"Type": "none", "Config": {}})
     if size:
         kwargs["storage_opt"] = {"size": size}
     if limits.runtime:

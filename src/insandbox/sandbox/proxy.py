@@ -5,14 +5,17 @@
 - `insandbox-registries` is an `--internal` bridge network whose host side has no address
   (`inhibit_ipv4`): a container on it has no route out and cannot reach this machine either.
   (An internal network alone still reaches every service the host listens to on 0.0.0.0, at its
-  gateway address.) Its DNS knows only the containers on it.
+  gateway address.) Each sandbox's own packet filter (netfilter.py) lets it reach the proxy's port
+  and nothing else on that network: not the other sandboxes, not the engine's DNS.
 - The proxy container (image insandbox-proxy:<hash of proxy.Dockerfile>) is on both networks.
   Its rules allow "host:443" for HTTPS (CONNECT, to port 443 only) and "http://host/" for plain
   HTTP (port 80), for PyPI, Debian, and whatever index or mirror this machine's own pip and apt
   use; INSANDBOX_REGISTRIES_ALLOW adds more (hosts or URLs, comma or space separated). Anything
   else gets "403 Filtered".
 - Sandboxes of the mode get http_proxy, https_proxy (and upper-case forms), which pip, apt,
-  curl and requests honour, and no_proxy for loopback.
+  curl and requests honour, and no_proxy for loopback; the proxy's name is in their /etc/hosts.
+  One sandbox holds at most 32 connections to the proxy at once (its packet filter), so it
+  cannot take the proxy's slots from the others.
 
 Shared by every sandbox on this Docker engine: made on first use (`prepare`, or a sandbox's
 `start`), one proxy container per allow-list (its name carries a hash of its configuration, so
@@ -213,9 +216,10 @@ def image_tag() -> str:
 class Proxy:
     """A running proxy, as sandboxes see it."""
 
-    name: str  # the container's name, and its host name on the internal network
+    name: str  # the container's name; sandboxes find it under this name in their /etc/hosts
     network_id: str  # the internal network: the sandboxes' network mode
     allowed: tuple[str, ...]
+    address: str = ""  # on the internal network: the one place a sandbox of the mode may connect to
 
     @property
     def url(self) -> str:
@@ -312,7 +316,7 @@ def _ensure(key: str, conf: str, allow: str, allowed: tuple[str, ...], on_status
                 tag, name=name, labels={LABEL_PROXY: "proxy", LABEL_CONFIG: key, LABEL_ALLOWED: " ".join(allowed)},
                 host_config=api.create_host_config(
                     network_mode=EGRESS_NETWORK, restart_policy={"Name": "unless-stopped"},
-                    mem_limit="256m", pids_limit=1024,
+                    mem_limit="512m", pids_limit=4096,
                     log_config={"Type": "json-file", "Config": {"max-size": "10m", "max-file": "2"}}),
                 networking_config=api.create_networking_config({EGRESS_NETWORK: api.create_endpoint_config()}),
             )["Id"]
@@ -334,7 +338,10 @@ def _ensure(key: str, conf: str, allow: str, allowed: tuple[str, ...], on_status
             api.connect_container_to_network(info["Id"], net["Id"], aliases=[name])
             info = _inspect(api, name) or info
     _wait_ready(api, name, info, egress["Id"])
-    return Proxy(name=name, network_id=internal["Id"], allowed=allowed)
+    address = _address_of(info, internal["Id"])
+    if not address:
+        raise SandboxError(f"the registries proxy {name} has no address on {INTERNAL_NETWORK}")
+    return Proxy(name=name, network_id=internal["Id"], allowed=allowed, address=address)
 
 
 def _inspect(api, name: str) -> Optional[dict]:

@@ -25,8 +25,10 @@ this process sees it (restorer_for() says why not).
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import stat
+import sys
 import time
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -38,6 +40,59 @@ OPAQUE = "trusted.overlay.opaque"
 REDIRECT = "trusted.overlay.redirect"
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 COPY_CHUNK = 1 << 20
+FS_IOC_GETFLAGS, FS_IOC_SETFLAGS = 0x80086601, 0x40086602
+# chattr's flags a file's owner may change (not e.g. "extents", which the file system keeps)
+USER_FLAGS = (0x1 | 0x2 | 0x4 | 0x8 | 0x10 | 0x20 | 0x40 | 0x80 | 0x4000 | 0x8000 | 0x10000 | 0x20000 | 0x800000
+              | 0x20000000)
+
+
+@dataclass(frozen=True)
+class Extras:
+    """What a folder carries beyond mode, owner and times: extended attributes (ACLs are some) and
+    chattr's flags."""
+
+    xattrs: tuple[tuple[str, bytes], ...]
+    flags: Optional[int]
+
+
+def extras_of(where) -> Extras:
+    """A folder's Extras, from an open descriptor or a path (the image's layers)."""
+    fd = where if isinstance(where, int) else os.open(where, DIR_FLAGS)
+    try:
+        names = sorted(n for n in os.listxattr(fd) if not n.startswith(OVERLAY_XATTR))
+        xattrs = tuple((n, os.getxattr(fd, n)) for n in names)
+        try:
+            buf = bytearray(8)
+            fcntl.ioctl(fd, FS_IOC_GETFLAGS, buf, True)
+            flags: Optional[int] = int.from_bytes(bytes(buf[:4]), sys.byteorder) & USER_FLAGS
+        except OSError:
+            flags = None
+        return Extras(xattrs, flags)
+    finally:
+        if not isinstance(where, int):
+            os.close(fd)
+
+
+def put_extras(fd: int, want: Extras) -> None:
+    """Give an open folder these Extras (raises when the kernel refuses: the container is then not reused)."""
+    have = extras_of(fd)
+    if have == want:
+        return
+    wanted = dict(want.xattrs)
+    for name, _ in have.xattrs:
+        if name not in wanted:
+            os.removexattr(fd, name)
+    for name, value in want.xattrs:
+        if dict(have.xattrs).get(name) != value:
+            os.setxattr(fd, name, value)
+    if want.flags is not None and have.flags != want.flags:
+        buf = bytearray(8)
+        fcntl.ioctl(fd, FS_IOC_GETFLAGS, buf, True)
+        now = int.from_bytes(bytes(buf[:4]), sys.byteorder)
+        flags = (now & ~USER_FLAGS) | want.flags
+        fcntl.ioctl(fd, FS_IOC_SETFLAGS, bytearray(flags.to_bytes(4, sys.byteorder) + bytes(4)))
+    if extras_of(fd) != want:
+        raise RestoreError(errno.EPERM, "a folder's extended attributes or flags could not be put back")
 
 
 class RestoreError(OSError):
@@ -145,6 +200,8 @@ class Restorer:
     view: LayerView
     known: dict[str, tuple[int, int]] = field(default_factory=dict)  # rel -> (inode, ctime_ns) in upper
     baseline: dict[str, os.stat_result] = field(default_factory=dict)  # the engine's own folders in upper
+    baseline_extras: dict[str, Extras] = field(default_factory=dict)  # theirs, and "" for the root folder
+    root_stat: Optional[os.stat_result] = None  # "/" itself, as at start
     stats: RestoreStats = field(default_factory=RestoreStats)
 
     def note_baseline(self) -> None:
@@ -159,6 +216,11 @@ class Restorer:
                 self.baseline[rel] = st
                 if not stat.S_ISDIR(st.st_mode):
                     self.known[rel] = (st.st_ino, st.st_ctime_ns)
+                else:
+                    self.baseline_extras[rel] = extras_of(str(self.merged / rel))
+        # "/" itself: its mode, owner (the server has set its mode by now) and extras
+        self.root_stat = os.stat(self.merged)
+        self.baseline_extras[""] = extras_of(str(self.merged))
 
     def restore(self) -> RestoreStats:
         self.stats = RestoreStats()
@@ -166,6 +228,8 @@ class Restorer:
         root = os.open(self.merged, DIR_FLAGS)
         try:
             self._walk("", root)
+            if self.root_stat is not None:
+                self._fix_dir(root, self.root_stat, self.baseline_extras.get(""))
         finally:
             os.close(root)
         self.stats.restore_s = time.perf_counter() - t0
@@ -183,7 +247,7 @@ class Restorer:
             ust = e.stat(follow_symlinks=False)
             base = self.baseline.get(sub)
             if base is not None and stat.S_ISDIR(base.st_mode) and stat.S_ISDIR(ust.st_mode):
-                self._descend(mfd, name, sub, base)  # the engine's folder: keep it, as it was
+                self._descend(mfd, name, sub, base, self.baseline_extras.get(sub))  # the engine's: as it was
                 continue
             image = self.view.entry(sub)
             ist = os.lstat(image) if image is not None else None
@@ -201,7 +265,7 @@ class Restorer:
                     self._remove(mfd, name)
                     self._copy(image, ist, sub, mfd, name)
                     continue
-                self._descend(mfd, name, sub, ist)
+                self._descend(mfd, name, sub, ist, extras_of(str(image)))
                 continue
             if self.known.get(sub) == (ust.st_ino, ust.st_ctime_ns):
                 self.stats.kept += 1  # our own copy from an earlier reset, untouched since
@@ -209,12 +273,13 @@ class Restorer:
             self._remove(mfd, name)
             self._copy(image, ist, sub, mfd, name)
 
-    def _descend(self, mfd: int, name: str, rel: str, meta: os.stat_result) -> None:
-        """Undo the changes inside a folder that stays, then give it `meta`'s mode, owner and times."""
+    def _descend(self, mfd: int, name: str, rel: str, meta: os.stat_result, extras: Optional[Extras]) -> None:
+        """Undo the changes inside a folder that stays, then give it `meta`'s mode, owner and times, and
+        its extended attributes and flags."""
         cfd = os.open(name, DIR_FLAGS, dir_fd=mfd)
         try:
             self._walk(rel, cfd)
-            self._fix_dir(cfd, meta)
+            self._fix_dir(cfd, meta, extras)
         finally:
             os.close(cfd)
 
@@ -301,11 +366,14 @@ class Restorer:
                     raise
         os.utime(fd, ns=(st.st_atime_ns, st.st_mtime_ns))
 
-    def _fix_dir(self, fd: int, ist: os.stat_result) -> None:
-        """A folder that stayed: its mode, owner and modification time as in the image (creating
-        and removing entries in it moved its mtime)."""
-        cur = os.fstat(fd)
+    def _fix_dir(self, fd: int, ist: os.stat_result, extras: Optional[Extras] = None) -> None:
+        """A folder that stayed: its mode, owner, modification time, extended attributes (ACLs) and
+        flags as in the image (creating and removing entries in it moved its mtime)."""
         changed = False
+        if extras is not None and extras_of(fd) != extras:
+            put_extras(fd, extras)
+            changed = True
+        cur = os.fstat(fd)
         if (cur.st_uid, cur.st_gid) != (ist.st_uid, ist.st_gid):
             os.chown(fd, ist.st_uid, ist.st_gid)
             changed = True

@@ -24,15 +24,24 @@ Standard library only; keep it compatible with old Pythons (no walrus, no 3.8+ A
 import base64
 import codecs
 import errno
+import fcntl
 import json
 import os
+import platform
 import select
+import shutil
 import signal
 import stat
 import subprocess
 import sys
 import threading
 import time
+
+try:  # both may be missing from a minimal Python: then the server cannot vouch for a reused container
+    import ctypes
+    import resource
+except ImportError:  # pragma: no cover
+    ctypes = resource = None
 
 try:
     import queue
@@ -41,7 +50,7 @@ except ImportError:  # pragma: no cover - Python 2 is not supported, but fail cl
 
 BOOTSTRAP = "import sys,json;exec(json.loads(sys.stdin.readline()))"
 STATE_DIR = "/run/insandbox"
-MARKER_VAR = "INSANDBOX_CMD_ID"  # exported per command; marks its process tree
+MARKER_VAR = "INSANDBOX_CMD_ID"  # exported per command (the server trusts nothing a command can set)
 KILL_GRACE_S = 2.0  # after killing a timed-out tree, how long bash gets to return
 
 # Aborting a timed-out command like Ctrl-C in a terminal: killing its processes is not
@@ -228,6 +237,411 @@ def read_regular(path, limit, follow):
     return b"".join(chunks), st.st_mode & 0o7777
 
 
+# ---------------------------------------------------------------------------------------------
+# What keeps one sample from reaching the next through a reused container (see reset()).
+#
+# The model's processes run as the same root as this server. Non-dumpable, the server is out of
+# their reach for everything the kernel guards with ptrace's rule (its memory, /proc/1/mem, its
+# file descriptors, which are the channel to the host, its environment, ptrace itself), as long as
+# they lack CAP_SYS_PTRACE (the host refuses to reuse a container given it). What the kernel lets
+# any process of the same user change about this one (resource limits, CPU affinity, priority,
+# OOM score...) is read at start and put back, or found changed, at every reset: a container
+# whose server cannot be put back as it was is never reused.
+
+PR_GET_DUMPABLE, PR_SET_DUMPABLE = 3, 4
+IOPRIO_WHO_PROCESS = 1
+IOPRIO_SYSCALLS = {"x86_64": (251, 252), "amd64": (251, 252), "aarch64": (30, 31), "arm64": (30, 31),
+                   "riscv64": (30, 31)}  # machine -> (ioprio_set, ioprio_get)
+FS_IOC_GETFLAGS, FS_IOC_SETFLAGS = 0x80086601, 0x40086602
+IPC_RMID = 0
+# in-memory folders a sample may fill: emptied at every reset (their own metadata is kept as at start)
+EMPTIED = ("/dev/shm", "/dev/mqueue", STATE_DIR)
+# writable file systems whose contents this server can compare and put back (the root filesystem
+# is the host's to restore; procfs holds nothing a sample can leave but this server's settings)
+TRACKED_FS = ("tmpfs", "devtmpfs", "devpts", "mqueue")
+KEPT_FS = ("proc",)
+SMALL_FILE = 1 << 16  # a regular file on a tracked mount: kept in the baseline up to this size
+
+
+class Libc(object):
+    def __init__(self):
+        self.lib = ctypes.CDLL(None, use_errno=True) if ctypes else None
+
+    def call(self, name, *args):
+        if self.lib is None:
+            raise OSError(errno.ENOSYS, "ctypes is not available")
+        rc = getattr(self.lib, name)(*args)
+        if rc == -1:
+            err = ctypes.get_errno()
+            raise OSError(err, "%s: %s" % (name, os.strerror(err)))
+        return rc
+
+
+LIBC = Libc()
+
+
+def ioprio_syscalls():
+    return IOPRIO_SYSCALLS.get(platform.machine().lower())
+
+
+def read_text(path):
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except (IOError, OSError):
+        return None
+
+
+def write_text(path, text):
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def own_settings():
+    """What this process's children inherit and any process of the container's user may change."""
+    found = {}
+    if resource is not None:
+        for name in sorted(dir(resource)):
+            if name.startswith("RLIMIT_"):
+                try:
+                    found["rlimit " + name] = list(resource.getrlimit(getattr(resource, name)))
+                except (ValueError, OSError):
+                    pass
+    found["affinity"] = sorted(os.sched_getaffinity(0))
+    found["nice"] = os.getpriority(os.PRIO_PROCESS, 0)
+    found["scheduler"] = os.sched_getscheduler(0)
+    found["oom_score_adj"] = read_text("/proc/self/oom_score_adj")
+    found["timerslack_ns"] = read_text("/proc/self/timerslack_ns")
+    auto = read_text("/proc/self/autogroup")  # "/autogroup-12 nice 0"
+    found["autogroup_nice"] = auto.split()[-1] if auto else None
+    calls = ioprio_syscalls()
+    if calls and LIBC.lib is not None:
+        found["ioprio"] = LIBC.call("syscall", calls[1], IOPRIO_WHO_PROCESS, 0)
+    try:
+        found["dumpable"] = LIBC.call("prctl", PR_GET_DUMPABLE, 0, 0, 0, 0)
+    except OSError:
+        found["dumpable"] = None
+    return found
+
+
+def put_setting(key, want):
+    if key.startswith("rlimit "):
+        resource.setrlimit(getattr(resource, key.split()[1]), tuple(want))
+    elif key == "affinity":
+        os.sched_setaffinity(0, want)
+    elif key == "nice":
+        os.setpriority(os.PRIO_PROCESS, 0, want)
+    elif key == "scheduler":
+        os.sched_setscheduler(0, want, os.sched_param(0))
+    elif key == "oom_score_adj":
+        write_text("/proc/self/oom_score_adj", want)
+    elif key == "timerslack_ns":
+        write_text("/proc/self/timerslack_ns", want)
+    elif key == "autogroup_nice":
+        write_text("/proc/self/autogroup", want)
+    elif key == "ioprio":
+        LIBC.call("syscall", ioprio_syscalls()[0], IOPRIO_WHO_PROCESS, 0, want)
+    elif key == "dumpable":
+        LIBC.call("prctl", PR_SET_DUMPABLE, want, 0, 0, 0)
+
+
+def put_settings_back(baseline):
+    """Put back what changed since `baseline`; returns what could not be (as text)."""
+    now = own_settings()
+    for key, want in baseline.items():
+        if now.get(key) != want:
+            try:
+                put_setting(key, want)
+            except (IOError, OSError, ValueError, TypeError):
+                pass  # e.g. a lowered hard limit: only CAP_SYS_RESOURCE raises it again
+    now = own_settings()
+    return ["the server's %s is %s, not %s" % (key, now.get(key), want)
+            for key, want in sorted(baseline.items()) if now.get(key) != want]
+
+
+def unescape_mount(path):
+    return path.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\")
+
+
+def mount_table():
+    """[(mount point, file system type, per-mount options)] of this mount namespace, in order."""
+    rows = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            parts = line.split()
+            dash = parts.index("-")
+            rows.append((unescape_mount(parts[4]), parts[dash + 1], parts[5]))
+    return rows
+
+
+def is_writable(options):
+    return "rw" in options.split(",")
+
+
+def entry_state(path, st):
+    """What a tracked mount's entry is: type and metadata, link target, small file contents, xattrs, flags."""
+    row = {"fmt": stat.S_IFMT(st.st_mode), "mode": stat.S_IMODE(st.st_mode), "uid": st.st_uid, "gid": st.st_gid}
+    if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):
+        row["rdev"] = st.st_rdev
+    elif stat.S_ISLNK(st.st_mode):
+        row["target"] = os.readlink(path)
+    elif stat.S_ISREG(st.st_mode):
+        row["size"] = st.st_size
+        if st.st_size <= SMALL_FILE:
+            with open(path, "rb") as f:
+                row["data"] = base64.b64encode(f.read(SMALL_FILE + 1)).decode("ascii")
+    if not stat.S_ISLNK(st.st_mode):
+        row["xattrs"] = read_xattrs(path)
+    if stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode):
+        row["flags"] = inode_flags(path)
+    return row
+
+
+def read_xattrs(path):
+    out = {}
+    try:
+        names = os.listxattr(path, follow_symlinks=False)
+    except OSError:
+        return out
+    for name in names:
+        try:
+            out[name] = base64.b64encode(os.getxattr(path, name, follow_symlinks=False)).decode("ascii")
+        except OSError:
+            out[name] = None
+    return out
+
+
+def inode_flags(path):
+    """chattr's flags of a file or folder, None where the file system has none."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_NOCTTY)
+    except OSError:
+        return None
+    try:
+        buf = bytearray(8)
+        fcntl.ioctl(fd, FS_IOC_GETFLAGS, buf, True)
+        return int.from_bytes(bytes(buf[:4]), sys.byteorder)
+    except (IOError, OSError):
+        return None
+    finally:
+        os.close(fd)
+
+
+def set_inode_flags(path, flags):
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_NOCTTY)
+    try:
+        fcntl.ioctl(fd, FS_IOC_SETFLAGS, bytearray(flags.to_bytes(4, sys.byteorder) + b"\0" * 4))
+    finally:
+        os.close(fd)
+
+
+def under(path, root):
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+class Mounts(object):
+    """The container's mounts other than its root filesystem, as they were when the server started,
+    and how to put the tracked ones back. `gaps`: why this container cannot be vouched for at all."""
+
+    def __init__(self):
+        self.table = mount_table()
+        self.gaps = []
+        self.trees = {}  # mount point -> {path: entry_state}
+        points = [m for m, _, _ in self.table]
+        for point, fstype, options in self.table:
+            if point == "/" or not is_writable(options) or fstype in KEPT_FS:
+                continue
+            if fstype not in TRACKED_FS:
+                self.gaps.append("%s (%s) is writable and this server cannot put it back" % (point, fstype))
+                continue
+            inner = set(p for p in points if p != point and under(p, point))
+            self.trees[point] = (inner, self.snapshot(point, inner))
+
+    def snapshot(self, point, inner):
+        """{path: entry_state} of a mount's entries (not those of mounts inside it; an emptied
+        mount's own folder only)."""
+        tree = {}
+        todo = [point]
+        while todo:
+            path = todo.pop()
+            if path != point and (path in inner or self.dynamic(path)):
+                continue
+            try:
+                st = os.lstat(path)
+                tree[path] = entry_state(path, st)
+                if stat.S_ISDIR(st.st_mode) and point not in EMPTIED:
+                    todo.extend(os.path.join(path, n) for n in os.listdir(path))
+            except (IOError, OSError):
+                continue
+        return tree
+
+    @staticmethod
+    def dynamic(path):
+        """Pseudo-terminals come and go with the processes that open them."""
+        return os.path.dirname(path) == "/dev/pts" and os.path.basename(path).isdigit()
+
+    def put_back(self):
+        """Restore every tracked mount's entries and metadata; returns what could not be."""
+        problems = []
+        if mount_table() != self.table:
+            problems.append("the container's mounts changed")
+        for point, (inner, tree) in self.trees.items():
+            now = self.snapshot(point, inner)
+            for path in sorted(set(now) - set(tree), key=len, reverse=True):
+                remove_path(path)
+            for path in sorted(tree, key=len):
+                want = tree[path]
+                if now.get(path) != want:
+                    fix_entry(path, want)
+            after = self.snapshot(point, inner)
+            for path in sorted(set(after) | set(tree)):
+                if after.get(path) != tree.get(path):
+                    problems.append("%s could not be put back as it was" % path)
+        return problems
+
+
+def remove_path(path):
+    try:
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            os.unlink(path)
+    except OSError:
+        pass
+
+
+def fix_entry(path, want):
+    """Make `path` what `want` says, as far as the server's privileges go."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        st = None
+    try:
+        if st is not None and stat.S_IFMT(st.st_mode) != want["fmt"]:
+            remove_path(path)
+            st = None
+        if st is None:
+            if stat.S_ISDIR(want["fmt"]):
+                os.mkdir(path, 0o700)
+            elif stat.S_ISLNK(want["fmt"]):
+                os.symlink(want["target"], path)
+            elif stat.S_ISREG(want["fmt"]) and "data" in want:
+                with open(path, "wb") as f:
+                    f.write(base64.b64decode(want["data"]))
+            else:
+                return  # a device node: making one needs CAP_MKNOD, which no one here has
+        if stat.S_ISLNK(want["fmt"]):
+            if os.readlink(path) != want["target"]:
+                os.unlink(path)
+                os.symlink(want["target"], path)
+            os.lchown(path, want["uid"], want["gid"])
+            return
+        if stat.S_ISREG(want["fmt"]) and "data" in want:
+            with open(path, "rb") as f:
+                if base64.b64encode(f.read(SMALL_FILE + 1)).decode("ascii") != want["data"]:
+                    with open(path, "wb") as out:
+                        out.write(base64.b64decode(want["data"]))
+        os.lchown(path, want["uid"], want["gid"])
+        os.chmod(path, want["mode"])
+        have = read_xattrs(path)
+        for name in have:
+            if name not in want.get("xattrs", {}):
+                os.removexattr(path, name)
+        for name, value in want.get("xattrs", {}).items():
+            if value is not None and have.get(name) != value:
+                os.setxattr(path, name, base64.b64decode(value))
+        if want.get("flags") is not None and inode_flags(path) != want["flags"]:
+            set_inode_flags(path, want["flags"])
+    except (IOError, OSError):
+        pass  # put_back() finds what is still different
+
+
+def sysv_objects(kind):
+    """[(id, uid, cuid)] of the System V objects of a kind ("shm", "msg", "sem") in this IPC namespace."""
+    try:
+        with open("/proc/sysvipc/" + kind) as f:
+            lines = f.read().splitlines()
+    except (IOError, OSError):
+        return []
+    if not lines:
+        return []
+    head = lines[0].split()
+    ident = head.index("shmid" if kind == "shm" else "msqid" if kind == "msg" else "semid")
+    uid, cuid = head.index("uid"), head.index("cuid")
+    out = []
+    for line in lines[1:]:
+        cols = line.split()
+        if len(cols) > max(ident, uid, cuid):
+            out.append((int(cols[ident]), int(cols[uid]), int(cols[cuid])))
+    return out
+
+
+def remove_sysv(kind, ident, owner):
+    """IPC_RMID needs the owner's or creator's uid (or CAP_SYS_ADMIN, which no one here has):
+    a child process takes that uid for the call."""
+    call = {"shm": ("shmctl", (ident, IPC_RMID, None)), "msg": ("msgctl", (ident, IPC_RMID, None)),
+            "sem": ("semctl", (ident, 0, IPC_RMID))}[kind]
+    if owner == os.geteuid():
+        LIBC.call(call[0], *call[1])
+        return
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code = 1
+        try:
+            os.setresuid(owner, owner, owner)
+            LIBC.call(call[0], *call[1])
+            code = 0
+        finally:
+            os._exit(code)
+    os.waitpid(pid, 0)
+
+
+def remove_all_sysv():
+    """Remove every System V object; returns (removed, how many are left)."""
+    removed = 0
+    for kind in ("shm", "msg", "sem"):
+        for ident, uid, _ in sysv_objects(kind):
+            try:
+                remove_sysv(kind, ident, uid)
+                removed += 1
+            except (IOError, OSError):
+                pass
+    return removed, sum(len(sysv_objects(k)) for k in ("shm", "msg", "sem"))
+
+
+class Guard(object):
+    """The server's own protection, taken at start (before any sample), and checked at every reset."""
+
+    def __init__(self):
+        self.gaps = []
+        try:
+            LIBC.call("prctl", PR_SET_DUMPABLE, 0, 0, 0, 0)
+        except OSError as e:
+            self.gaps.append("the server could not make itself non-dumpable (%s)" % e)
+        if resource is None or ctypes is None:
+            self.gaps.append("this Python lacks ctypes or resource")
+        if ioprio_syscalls() is None:
+            self.gaps.append("the I/O priority cannot be read on %s" % platform.machine())
+        self.settings = own_settings()
+        if self.settings.get("dumpable") != 0:
+            self.gaps.append("the server is dumpable")
+        try:
+            self.mounts = Mounts()
+            self.gaps.extend(self.mounts.gaps)
+        except (IOError, OSError, ValueError) as e:
+            self.mounts = None
+            self.gaps.append("the mount table could not be read (%s)" % e)
+
+    def info(self):
+        return {"dumpable": self.settings.get("dumpable"), "gaps": list(self.gaps)}
+
+    def put_back(self):
+        problems = put_settings_back(self.settings)
+        if self.mounts is not None:
+            problems += self.mounts.put_back()
+        return problems
+
+
 class Shell(object):
     """One persistent bash. stdout and stderr share a pipe (interleaved as in a
     terminal); bash reports each command's end on a separate control pipe."""
@@ -253,7 +667,9 @@ class Shell(object):
         self.proc = subprocess.Popen(
             ["bash", "--noprofile", "--norc"], stdin=subprocess.PIPE, stdout=out_w, stderr=out_w,
             pass_fds=(ctl_w,), cwd=cwd if cwd and os.path.isdir(cwd) else None, env=env,
-            preexec_fn=child_setup, close_fds=True)
+            preexec_fn=child_setup, close_fds=True,
+            # a session of its own: its scheduling group (/proc/self/autogroup) is not the server's
+            start_new_session=True)
         os.close(out_w)
         os.close(ctl_w)
         os.set_blocking(self.out_r, False)
@@ -281,6 +697,7 @@ class Shell(object):
 class Server(object):
     def __init__(self):
         self.shell = None
+        self.guard = None  # made by serve(), before the first sample
         self.count = 0
         self.out = sys.stdout.buffer if hasattr(sys.stdout, "buffer") else sys.stdout
         if not os.path.isdir(STATE_DIR):
@@ -333,7 +750,7 @@ class Server(object):
                 os.kill(sh.proc.pid, signal.SIGUSR1)
             except OSError:
                 pass
-            self.kill_command(sh, n, started)
+            self.kill_command(sh, started)
             done = self.wait_done(sh, collector, time.time() + KILL_GRACE_S)
             if done is None:  # bash itself is busy (e.g. `while true; do :; done`)
                 self.restart_shell(sh)
@@ -402,29 +819,20 @@ class Server(object):
                 return
             collector.feed(data)
 
-    def kill_command(self, sh, n, started):
-        """SIGKILL every process of command n: those whose environment carries its marker (this
-        also finds daemons that left the tree), those started since the command began that carry
-        no other command's marker (a double fork under `env -i` leaves neither a parent nor an
-        environment to go by), and the descendants of both. Background jobs of earlier commands
-        carry their own marker and live on."""
-        marker = ("%s=%d" % (MARKER_VAR, n)).encode()
-        prefix = MARKER_VAR.encode() + b"="
+    def kill_command(self, sh, started):
+        """SIGKILL every process of the command that timed out. What decides is what the kernel keeps
+        and a command cannot forge (an environment variable can be): when a process started and who
+        its parent is. Every process started since the command began is the command's, unless it
+        descends from one that was already running (a background job of an earlier command, which
+        may fork at any time); a double fork that left the tree (its parent is now init) is the
+        command's too."""
         spared = set([1, sh.proc.pid, os.getpid()])
         for _ in range(10):
             table = process_table()
-            marked = set()
-            for pid, (_, _, start) in table.items():
-                if pid in spared:
-                    continue
-                env = read_proc(pid, "environ")
-                if env is None:
-                    continue
-                markers = [v for v in env.split(b"\0") if v.startswith(prefix)]
-                if marker in markers or (not markers and started.precedes(pid, start)):
-                    marked.add(pid)
-            victims = (marked | descendants(table, marked)) - spared
-            victims = set(p for p in victims if table.get(p, (0, "Z", 0))[1] != "Z")
+            new = set(pid for pid, (_, _, start) in table.items() if pid not in spared and started.precedes(pid, start))
+            old = set(table) - new - spared
+            victims = set(pid for pid in new if not self.descends_from(table, pid, old, spared)
+                          and table[pid][1] != "Z")
             if not victims:
                 return
             for pid in victims:
@@ -433,6 +841,18 @@ class Server(object):
                 except OSError:
                     pass
             time.sleep(0.05)
+
+    @staticmethod
+    def descends_from(table, pid, old, spared):
+        """Whether pid's ancestry (as it is now) reaches a process of `old` before one of `spared`."""
+        for _ in range(len(table)):
+            parent = table.get(pid, (0,))[0]
+            if parent in old:
+                return True
+            if parent in spared or parent not in table:
+                return False
+            pid = parent
+        return False
 
     def restart_shell(self, sh):
         cwd = sh.cwd
@@ -568,28 +988,27 @@ class Server(object):
     # ---------------------------------------------------------------- recycling
     def reset(self):
         """Between two samples: end every process but this server, empty the in-memory folders
-        (/dev/shm, /dev/mqueue, our state folder) and System V IPC. The host then restores the
-        filesystem and asks for a fresh shell. `left`: processes that would not die (the host
-        then discards the container)."""
+        (/dev/shm, /dev/mqueue, our state folder), remove System V IPC, put back the other in-memory
+        mounts (/dev...) and this server's own settings as they were at its start. The host then
+        restores the filesystem and asks for a fresh shell. `left` (processes that would not die) and
+        `problems` (what could not be put back): the host must discard the container."""
         if os.getpid() != 1:
             raise OSError("recycling needs the server to be the container's init process")
         if self.shell is not None:
             self.shell.close()
             self.shell = None
         killed, left = end_other_processes(5.0)
+        problems = list(self.guard.gaps)
         cleared = 0
-        for folder in ("/dev/shm", "/dev/mqueue", STATE_DIR):
+        for folder in EMPTIED:
             cleared += empty_folder(folder)
-        ipc = 0
-        for kind in ("shm", "msg", "sem"):
-            try:
-                with open("/proc/sysvipc/" + kind) as f:
-                    ipc += max(len(f.read().splitlines()) - 1, 0)
-            except (IOError, OSError):
-                pass
-        if ipc:
-            subprocess.call(["ipcrm", "--all"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        return {"killed": killed, "left": left, "cleared": cleared, "ipc_removed": ipc}
+            if os.path.isdir(folder) and os.listdir(folder):
+                problems.append("%s could not be emptied" % folder)
+        ipc, ipc_left = remove_all_sysv()
+        if ipc_left:
+            problems.append("%d System V IPC object(s) could not be removed" % ipc_left)
+        problems += self.guard.put_back()
+        return {"killed": killed, "left": left, "cleared": cleared, "ipc_removed": ipc, "problems": problems}
 
     def reap(self):
         """As PID 1, collect orphans that exited; never touch our own shell."""
@@ -634,13 +1053,17 @@ class Server(object):
 
     def serve(self):
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        # Everything is imported by now: later imports would load files a sample can write (and with
+        # `python3 -c`, the working folder comes first on the path), so there are none.
+        sys.path[:] = []
         fix_root_mode()
+        self.guard = Guard()
         self.start_shell(os.getcwd())
         requests = queue.Queue()
         reader = threading.Thread(target=watch_host, args=(requests,))
         reader.daemon = True
         reader.start()
-        self.send({"ready": True, "pid": os.getpid(), "python": sys.version.split()[0]})
+        self.send({"ready": True, "pid": os.getpid(), "python": sys.version.split()[0], "guard": self.guard.info()})
         while True:
             try:
                 line = requests.get(timeout=2.0)
@@ -717,8 +1140,6 @@ def end_other_processes(wait_s):
 
 def empty_folder(folder):
     """Remove what is in folder (not the folder: it is a mount point); returns how many entries."""
-    import shutil
-
     try:
         names = os.listdir(folder)
     except (IOError, OSError):
