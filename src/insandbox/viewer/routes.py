@@ -20,6 +20,7 @@ from starlette.routing import Route
 
 from ..bench.stats import accuracy
 from . import files as F
+from .guard import RAW_CSP
 from .index import BenchEntry, RunEntry
 from .live import stream
 from .midi import MidiError, read_notes
@@ -29,12 +30,6 @@ STEPS_PAGE = 50
 ROWS_PAGE = 100
 ITEMS_PAGE = 200
 LONG_OUTPUT = 2000  # characters of an observation shown before it is collapsed
-# A produced file is untrusted: whatever is opened from /raw runs in a sandbox with an opaque origin (no
-# cookies, no storage, no access to the viewer's pages) and may load only the viewer's own URLs, fetch nothing.
-RAW_CSP = ("sandbox allow-scripts; default-src 'self' data: blob: 'unsafe-inline' 'unsafe-eval'; connect-src 'none'; "
-           "form-action 'none'; base-uri 'none'")
-PAGE_CSP = ("default-src 'self'; img-src 'self' data:; media-src 'self'; frame-src 'self'; "
-            "style-src 'self' 'unsafe-inline'; connect-src 'self'; object-src 'none'; base-uri 'none'")
 
 
 # ---------------------------------------------------------------------- helpers
@@ -45,8 +40,7 @@ def _viewer(request: Request):
 def _page(request: Request, template: str, status_code: int = 200, **context: Any) -> Response:
     v = _viewer(request)
     html = v.templates.get_template(template).render(request=request, root=v.index.root, **context)
-    return Response(html, status_code=status_code, media_type="text/html; charset=utf-8",
-                    headers={"Content-Security-Policy": PAGE_CSP})
+    return Response(html, status_code=status_code, media_type="text/html; charset=utf-8")  # headers: guard.Guard
 
 
 def _htmx(request: Request) -> bool:
