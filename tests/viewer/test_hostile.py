@@ -1,19 +1,26 @@
-"""The viewer against a hostile web page, over real HTTP: a Host header that is not the viewer's (DNS
-rebinding) is refused on every route; every answer, error pages included, carries the security headers."""
+"""The viewer against a hostile web page and hostile run folders, over real HTTP (and in Chromium): a Host
+header that is not the viewer's (DNS rebinding) is refused on every route; files and folders whose names a
+model chose to break URLs are listed, shown and downloaded byte for byte, and none of their links reaches
+another file; every answer, error pages included, carries the security headers."""
 from __future__ import annotations
 
 import http.client
 import os
+import re
 import socket
 import threading
 import time
+from html.parser import HTMLParser
 from pathlib import Path
+from urllib.parse import unquote_to_bytes
 
 import pytest
 import uvicorn
+from playwright.sync_api import expect
 from starlette.applications import Starlette
 from starlette.routing import Route
 
+from insandbox.viewer.files import shown
 from insandbox.viewer.guard import PAGE_CSP, RAW_CSP, Guard
 from insandbox.viewer.index import folder_id
 from tests.viewer.conftest import serve
@@ -94,6 +101,58 @@ def raw_request(port: int, lines: str) -> bytes:
         while chunk := s.recv(65536):
             out += chunk
     return out
+
+
+class Links(HTMLParser):
+    """The links of a page: (tag attributes, text) of each <a>, and every URL an attribute carries."""
+
+    def __init__(self, html: str):
+        super().__init__(convert_charrefs=True)
+        self.anchors: list[tuple[dict, str]] = []
+        self.urls: list[str] = []
+        self._open: list[tuple[dict, list[str]]] = []
+        self.feed(html)
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        urls = [v for k, v in attrs.items() if k in ("href", "src", "hx-get", "data-live")]
+        self.urls += [v for v in urls if v not in (None, "#")]  # "#": the href of a link htmx follows
+        if tag == "a":
+            self._open.append((attrs, []))
+
+    def handle_data(self, data):
+        for _, text in self._open:
+            text.append(data)
+
+    def handle_endtag(self, tag):
+        if tag == "a" and self._open:
+            attrs, text = self._open.pop()
+            self.anchors.append((attrs, "".join(text)))
+
+
+DOT_SEGMENTS = {".", "..", "%2e", ".%2e", "%2e.", "%2e%2e"}
+
+
+def assert_safe(url: str) -> None:
+    """What a browser does to a URL cannot change it: printable ASCII, no fragment, no backslash, one query
+    at most, and no name a browser reads as `.` or `..`."""
+    assert re.fullmatch(r"[!-~]*", url) and "#" not in url and "\\" not in url and url.count("?") <= 1, url
+    path = url.split("?")[0]
+    assert not any(seg.lower() in DOT_SEGMENTS for seg in path.split("/")), url
+
+
+def names_in(url: str, prefix: str) -> bytes:
+    """The relative path a URL's path names after `prefix`, as bytes (each name decoded once)."""
+    path = url.split("?")[0]
+    assert path.startswith(prefix), url
+    return b"/".join(unquote_to_bytes(seg) for seg in path[len(prefix):].split("/"))
+
+
+def folder_of(listing_url: str) -> bytes:
+    """The folder (relative to files/) a listing URL names in its `dir=`."""
+    value = unquote_to_bytes(listing_url.split("dir=", 1)[1].split("&")[0])
+    assert value == b"files" or value.startswith(b"files/"), listing_url
+    return value[len(b"files/"):]
 
 
 # ------------------------------------------------------------------------------------- Host header
@@ -210,3 +269,111 @@ def test_a_500_from_the_app_still_carries_the_headers():
     finally:
         srv.should_exit = True
         thread.join(10)
+
+
+# ------------------------------------------------------------------------------------- hostile names
+def test_every_hostile_name_is_listed_shown_and_downloaded_byte_for_byte(hostile, viewer):
+    """Walks a's files through the links the viewer itself makes (listings, folder links, breadcrumbs, file
+    views, their raw and download links): every file is reached, each link gives that file's bytes."""
+    _, expected = hostile
+    port, host = viewer.port, f"localhost:{viewer.port}"
+    prefix = f"/r/{A}/raw/files/"
+
+    def get(url: str) -> bytes:
+        assert_safe(url)
+        status, _, body = request(port, url, host)
+        assert status == 200, (url, status)
+        return body
+
+    seen: dict[bytes, bytes] = {}
+    folders = [(b"", f"/r/{A}/files?dir=files")]
+    while folders:
+        folder, url = folders.pop()
+        page = Links(get(url).decode())
+        for u in page.urls:
+            assert_safe(u)
+        crumbs = [folder_of(a["hx-get"]) for a, _ in page.anchors if "dir=" in a.get("hx-get", "") and "class" not in a]
+        parts = folder.split(b"/") if folder else []
+        assert crumbs == [b"/".join(parts[:i]) for i in range(len(parts))], url  # files/, then each folder above
+        for attrs, text in page.anchors:
+            if attrs.get("class") == "dir":
+                sub = folder_of(attrs["hx-get"])
+                assert text == shown(os.fsdecode(sub.rsplit(b"/", 1)[-1])) + "/", (sub, text)
+                folders.append((sub, attrs["hx-get"]))
+            elif attrs.get("class") == "file":
+                rel = names_in(attrs["href"], f"/r/{A}/view/files/")
+                assert text == shown(os.fsdecode(rel.rsplit(b"/", 1)[-1])), (rel, text)
+                view = Links(get(attrs["href"]).decode())  # the file's own page: its raw and download links
+                raws = [a["href"] for a, _ in view.anchors if a.get("href", "").startswith(prefix)]
+                assert len(raws) == 2, raws  # download, open raw
+                for raw in raws:
+                    assert names_in(raw, prefix) == rel
+                    seen[rel] = get(raw)
+                    assert seen[rel] == expected[rel], rel
+            elif "download" in attrs:
+                rel = names_in(attrs["href"], prefix)
+                assert get(attrs["href"]) == expected[rel], rel
+    assert seen == expected  # every file, each with its own bytes
+    assert seen[b"/".join(CLIMB + [b"secret.txt"])] == DECOY
+
+
+def test_hostile_names_in_chromium_open_and_download_their_own_file(hostile, viewer, page):
+    """Clicks through a's files in the browser: each file's preview, its download links and its raw page give
+    that file, and the `.%2e` chain's download gives a's decoy, never b's secret."""
+    _, expected = hostile
+    by_content = {v: k for k, v in expected.items()}
+    page.goto(viewer.url(f"/r/{A}"))
+    listing, preview = page.locator(f"#listing-{A}"), page.locator(f"#preview-{A}")
+    # the listing shows `folder` once its breadcrumb ends in its name at its depth (.%2e/.%2e: same name)
+    crumbs_are = ("([id, name, depth]) => { const c = document.querySelector('#' + id + ' .crumbs'); return c && "
+                  "c.querySelector('b').textContent === name && c.querySelectorAll('a').length === depth; }")
+    got: dict[bytes, bytes] = {}
+
+    def in_folder(folder: bytes) -> None:
+        name = shown(os.fsdecode(folder.rsplit(b"/", 1)[-1])) if folder else "files"
+        page.wait_for_function(crumbs_are, arg=[f"listing-{A}", name, folder.count(b"/") + 1 if folder else 0])
+
+    def visit(folder: bytes) -> None:
+        in_folder(folder)
+        files, dirs = listing.locator("a.file"), listing.locator("a.dir")
+        for i in range(files.count()):
+            page.evaluate(f"document.getElementById('preview-{A}').innerHTML = ''")
+            files.nth(i).click()
+            text = preview.locator("pre code").text_content().encode()
+            rel = by_content[text]
+            assert (rel.rsplit(b"/", 1)[0] if b"/" in rel else b"") == folder, rel
+            with page.expect_download() as dl:
+                preview.locator("h3 a[download]").click()
+            assert Path(dl.value.path()).read_bytes() == expected[rel], rel
+            with page.expect_download() as dl:
+                files.nth(i).locator("xpath=..").locator("a[download]").click()
+            assert Path(dl.value.path()).read_bytes() == expected[rel], rel
+            with page.context.expect_page() as opened:
+                preview.locator("a[target=_blank]").click()
+            raw = opened.value
+            raw.wait_for_load_state()
+            assert raw.locator("body").text_content().encode() == expected[rel], rel
+            raw.close()
+            got[rel] = text
+        for i in range(dirs.count()):
+            sub = folder_of(dirs.nth(i).get_attribute("hx-get"))
+            dirs.nth(i).click()
+            visit(sub)
+            listing.locator(".crumbs a").last.click()  # back up through the breadcrumb
+            in_folder(folder)
+
+    visit(b"")
+    assert set(got) == set(expected)
+    assert got[b"/".join(CLIMB + [b"secret.txt"])] == DECOY
+    assert page.errors == []
+
+
+def test_an_html_page_with_a_hostile_name_shows_in_its_sandboxed_frame(viewer, page):
+    """The frame of a produced page still loads under frame-ancestors 'self' and the raw sandbox, and its
+    script runs, when its name holds `?`, `#`, a space and `%2e`."""
+    page.goto(viewer.url(f"/r/{B}"))
+    page.locator(f"#listing-{B} a.file", has_text="p?a#g").click()
+    frame = page.frame_locator(f"#preview-{B} iframe.page")
+    assert frame.locator("#t").text_content() == "framed"
+    expect(frame.locator("#s")).to_have_text("ran")
+    assert page.errors == []

@@ -16,7 +16,7 @@ from starlette.staticfiles import StaticFiles
 
 from ..models.openai_compat import is_loopback_host as is_loopback
 from ..sandbox.copyback import human_size
-from .files import Listings, NotInside, language_of
+from .files import Listings, NotInside, language_of, shown, url_path, url_query
 from .guard import Guard
 from .index import Index
 from .routes import routes
@@ -35,7 +35,7 @@ class Viewer:
         self.templates = Environment(loader=FileSystemLoader(HERE / "templates"),
                                      autoescape=select_autoescape(["html"]), trim_blocks=True, lstrip_blocks=True)
         self.templates.filters.update(num=_num, secs=_secs, usd=_usd, score=_score, mode=_mode, when=_when,
-                                      size=human_size)
+                                      size=human_size, shown=shown, url_path=url_path, url_query=url_query)
         self.templates.globals.update(lang_of=language_of)
 
 
