@@ -340,6 +340,7 @@ async def host_sigkill():
 # ---------------------------------------------------------------------------------- tests as rows
 MODEL = "tests/models/test_server_faults.py::"
 BENCH = "tests/bench/test_faults.py::"
+VIEWER = "tests/viewer/test_hostile.py::"
 TEST_ROWS: list[tuple[str, str, str]] = [  # (case, expected, pytest node id or file)
     ("model server: a 5xx storm", "retried with backoff; the run completes",
      MODEL + "test_a_run_rides_out_a_5xx_storm"),
@@ -365,6 +366,11 @@ TEST_ROWS: list[tuple[str, str, str]] = [  # (case, expected, pytest node id or 
      "leaves_no_container"),
     ("bench SIGTERM, then SIGINT, then --resume", "each stops cleanly, results kept; --resume finishes",
      BENCH + "test_sigterm_then_sigint_stop_the_bench_cleanly_and_resume_finishes"),
+    ("viewer: DNS rebinding (a Host that is not the viewer's)", "400 with the page CSP on every route, static files "
+     "and event streams included", VIEWER + "test_a_foreign_host_header_is_refused_on_every_route"),
+    ("viewer: output names made to break URLs (.%2e, ?, #, \\n, \\, not UTF-8)", "each listed, shown and "
+     "downloaded byte for byte in Chromium; no link reaches another run's file",
+     VIEWER + "test_hostile_names_in_chromium_open_and_download_their_own_file"),
 ]
 
 

@@ -31,12 +31,14 @@ def chromium_path() -> Optional[str]:
 
 
 class Served:
-    """The viewer over `root` in a thread of this process; `url(path)` is an address on it."""
+    """The viewer over `root` in a thread of this process; `url(path)` is an address on it. `listen` is the
+    address it binds, `host` the --host it is told it was started with (by default `listen`)."""
 
-    def __init__(self, root: Path):
-        sock = bind("127.0.0.1", 0)
-        self.base = f"http://127.0.0.1:{sock.getsockname()[1]}"
-        self.server = server(root, sock)
+    def __init__(self, root: Path, listen: str = "127.0.0.1", host: Optional[str] = None):
+        sock = bind(listen, 0)
+        self.port = sock.getsockname()[1]
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.server = server(root, sock, host=host)
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [sock]}, daemon=True)
         self.thread.start()
         deadline = time.time() + 10
@@ -52,8 +54,8 @@ class Served:
         self.thread.join(10)
 
 
-def serve(root: Path) -> Served:
-    return Served(root)
+def serve(root: Path, listen: str = "127.0.0.1", host: Optional[str] = None) -> Served:
+    return Served(root, listen, host)
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ from tests.viewer.synthetic import write_files, write_run
 
 def test_a_thousand_step_run_is_paged(tmp_path):
     write_run(tmp_path / "big", steps=1000, output_chars=3000)
-    client = TestClient(make_app(tmp_path))
+    client = TestClient(make_app(tmp_path), base_url="http://127.0.0.1")  # a Host the viewer answers
     rid = folder_id("big")
     page = client.get(f"/r/{rid}").text
     assert page.count('<article class="step"') == 50
@@ -42,7 +42,7 @@ def test_the_summary_of_a_big_trajectory_is_read_from_its_ends(tmp_path):
 def test_a_folder_of_many_files_is_listed_page_by_page(tmp_path):
     write_run(tmp_path / "run")
     write_files(tmp_path / "run" / "files", 2500)
-    client = TestClient(make_app(tmp_path))
+    client = TestClient(make_app(tmp_path), base_url="http://127.0.0.1")  # a Host the viewer answers
     rid = folder_id("run")
     first = client.get(f"/r/{rid}/files?dir=files").text
     assert first.count('class="file"') == 200 and "2,500 entries" in first and "page 1 of 13" in first
@@ -118,7 +118,7 @@ def test_a_damaged_trajectory_is_listed_as_unreadable_and_its_page_says_why(tmp_
     assert by_rel["good"].exit_reason == "submitted"
     assert by_rel["cut"].exit_reason == "unreadable" and "cannot be read" in by_rel["cut"].error
     assert by_rel["list"].exit_reason == "unreadable" and "not a trajectory" in by_rel["list"].error
-    client = TestClient(make_app(tmp_path))
+    client = TestClient(make_app(tmp_path), base_url="http://127.0.0.1")  # a Host the viewer answers
     assert client.get("/").status_code == 200
     for rel in ("cut", "invalid", "list"):
         page = client.get(f"/r/{folder_id(rel)}")

@@ -5,6 +5,7 @@ for live updates; every asset ships in the package. The data stays on disk: fold
 cheaply (cached by mtime) and large trajectories, file listings and tables are paged server-side.
 
     app.py         the Starlette app and `serve`
+    guard.py       what wraps every answer: the Host check (against DNS rebinding) and the security headers
     routes.py      the pages and fragments
     index.py       finding runs and benchmarks under the root folder (cached by mtime)
     trajectories.py  a run's summary read cheaply, full trajectories cached

@@ -16,7 +16,8 @@ from starlette.staticfiles import StaticFiles
 
 from ..models.openai_compat import is_loopback_host as is_loopback
 from ..sandbox.copyback import human_size
-from .files import Listings, NotInside, language_of
+from .files import Listings, NotInside, language_of, shown, url_path, url_query
+from .guard import Guard
 from .index import Index
 from .routes import routes
 from .trajectories import TrajectoryCache, UnreadableTrajectory
@@ -34,7 +35,7 @@ class Viewer:
         self.templates = Environment(loader=FileSystemLoader(HERE / "templates"),
                                      autoescape=select_autoescape(["html"]), trim_blocks=True, lstrip_blocks=True)
         self.templates.filters.update(num=_num, secs=_secs, usd=_usd, score=_score, mode=_mode, when=_when,
-                                      size=human_size)
+                                      size=human_size, shown=shown, url_path=url_path, url_query=url_query)
         self.templates.globals.update(lang_of=language_of)
 
 
@@ -72,7 +73,8 @@ def _when(t) -> str:
     return _dt.datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def make_app(root: Path) -> Starlette:
+def make_app(root: Path, host: str = "127.0.0.1") -> Guard:
+    """The viewer over `root`, answering only requests that name it (`host`: the address it listens on)."""
     viewer = Viewer(Path(root))
 
     async def not_found(request: Request, exc: HTTPException) -> Response:
@@ -86,7 +88,7 @@ def make_app(root: Path) -> Starlette:
     app = Starlette(routes=routes(), exception_handlers={HTTPException: not_found, UnreadableTrajectory: unreadable})
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
     app.state.viewer = viewer
-    return app
+    return Guard(app, host)
 
 
 class CannotListen(OSError):
@@ -113,17 +115,21 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def server(root: Path, sock: socket.socket, log_level: str = "warning"):
-    """A uvicorn server of the viewer on an already bound socket (`.run(sockets=[sock])`, or in a thread)."""
+def server(root: Path, sock: socket.socket, log_level: str = "warning", host: Optional[str] = None):
+    """A uvicorn server of the viewer on an already bound socket (`.run(sockets=[sock])`, or in a thread);
+    `host` is the --host it was bound for (by default the socket's own address)."""
     import uvicorn
 
-    config = uvicorn.Config(make_app(root), log_level=log_level, timeout_graceful_shutdown=1, lifespan="off",
+    app = make_app(root, sock.getsockname()[0] if host is None else host)
+    config = uvicorn.Config(app, log_level=log_level, timeout_graceful_shutdown=1, lifespan="off",
                             access_log=False)
     return uvicorn.Server(config)
 
 
 def url_of(host: str, port: int, path: str = "/") -> str:
-    shown = f"[{host}]" if ":" in host else ("127.0.0.1" if host in ("0.0.0.0", "") else host)
+    if host in ("0.0.0.0", "", "::"):  # every interface: the loopback address is one of them
+        host = "::1" if host == "::" else "127.0.0.1"
+    shown = f"[{host}]" if ":" in host else host
     return f"http://{shown}:{port}{path}"
 
 
@@ -131,7 +137,7 @@ def serve(root: Path, host: str = "127.0.0.1", port: int = 8765, open_browser: b
           on_ready: Optional[callable] = None) -> None:
     sock = bind(host, port)
     port = sock.getsockname()[1]
-    srv = server(root, sock)
+    srv = server(root, sock, host=host)
     url = url_of(host, port)
     if on_ready:
         on_ready(url)
@@ -143,4 +149,5 @@ def serve(root: Path, host: str = "127.0.0.1", port: int = 8765, open_browser: b
     srv.run(sockets=[sock])
 
 
-__all__ = ["NotInside", "CannotListen", "Viewer", "bind", "is_loopback", "make_app", "serve", "server", "url_of"]
+__all__ = ["NotInside", "CannotListen", "Guard", "Viewer", "bind", "is_loopback", "make_app", "serve", "server",
+           "url_of"]

@@ -10,6 +10,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Optional
+from urllib.parse import parse_qsl, quote_from_bytes, unquote_to_bytes
 
 PAGE = 200  # entries of a listing per page
 TEXT_LIMIT = 1024 * 1024  # bytes of a text file shown
@@ -39,8 +40,8 @@ class NotInside(Exception):
 
 def resolve_inside(run_dir: Path, rel: str) -> Path:
     """`rel` (a path relative to the run folder, as in a URL) as a path that is inside the run folder,
-    reached without following any symbolic link."""
-    parts = PurePosixPath(rel.replace("\\", "/")).parts
+    reached without following any symbolic link. A backslash is part of a name, as on Linux."""
+    parts = PurePosixPath(rel).parts
     if not parts or any(p in ("..", "") or p.startswith("/") for p in parts) or "\x00" in rel:
         raise NotInside(rel)
     base = Path(run_dir).resolve()
@@ -58,6 +59,53 @@ def resolve_inside(run_dir: Path, rel: str) -> Path:
     if path == base or not path.resolve().is_relative_to(base):
         raise NotInside(rel)
     return path
+
+
+# A name a model made may hold any byte but "/" and NUL, undecodable ones included: names are kept as
+# os.fsdecode makes them (surrogate escapes), put in URLs byte by byte and shown with U+FFFD for such bytes.
+def _bytes(text: str) -> bytes:
+    try:
+        return os.fsencode(text)
+    except UnicodeEncodeError:  # a lone surrogate from JSON, not from the file system
+        return text.encode("utf-8", errors="replace")
+
+
+def url_path(rel: str) -> str:
+    """A relative path as a URL path: each name percent-encoded whole, so that no name can act as `..`, a
+    query, a fragment or a separator in the browser (`.%2e` becomes `.%252e`)."""
+    return "/".join(quote_from_bytes(_bytes(part), safe="") for part in rel.split("/"))
+
+
+def url_query(value: str) -> str:
+    """A value for a URL's query, every byte but letters, digits and `-._~` percent-encoded."""
+    return quote_from_bytes(_bytes(str(value)), safe="")
+
+
+def shown(name: str) -> str:
+    """A name as text a page can carry: bytes that are not UTF-8 become U+FFFD."""
+    return _bytes(name).decode("utf-8", errors="replace")
+
+
+class BadPath(ValueError):
+    """A URL path whose names cannot be names: one decodes to hold a "/" or a NUL."""
+
+
+def names_of_url(raw_path: bytes) -> list[str]:
+    """The names of a URL path as sent (percent-encoded), each decoded exactly once, byte for byte."""
+    names = [os.fsdecode(unquote_to_bytes(seg)) for seg in raw_path.split(b"/")[1:]]
+    if any("/" in n or "\x00" in n for n in names):
+        raise BadPath(raw_path)
+    return names
+
+
+def query_value(query_string: bytes, key: str) -> Optional[str]:
+    """The first value of `key` in a raw query string, decoded once, byte for byte (Starlette's own query
+    parameters replace bytes that are not UTF-8)."""
+    pairs = parse_qsl(query_string.decode("latin-1"), keep_blank_values=True, encoding="latin-1")
+    for k, v in pairs:
+        if k == key:
+            return os.fsdecode(v.encode("latin-1"))
+    return None
 
 
 @dataclass

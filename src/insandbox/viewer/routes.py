@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Optional
 from urllib.parse import urlencode
 
+from starlette.convertors import Convertor, register_url_convertor
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import FileResponse, RedirectResponse, Response
@@ -20,6 +21,7 @@ from starlette.routing import Route
 
 from ..bench.stats import accuracy
 from . import files as F
+from .guard import RAW_CSP
 from .index import BenchEntry, RunEntry
 from .live import stream
 from .midi import MidiError, read_notes
@@ -29,12 +31,21 @@ STEPS_PAGE = 50
 ROWS_PAGE = 100
 ITEMS_PAGE = 200
 LONG_OUTPUT = 2000  # characters of an observation shown before it is collapsed
-# A produced file is untrusted: whatever is opened from /raw runs in a sandbox with an opaque origin (no
-# cookies, no storage, no access to the viewer's pages) and may load only the viewer's own URLs, fetch nothing.
-RAW_CSP = ("sandbox allow-scripts; default-src 'self' data: blob: 'unsafe-inline' 'unsafe-eval'; connect-src 'none'; "
-           "form-action 'none'; base-uri 'none'")
-PAGE_CSP = ("default-src 'self'; img-src 'self' data:; media-src 'self'; frame-src 'self'; "
-            "style-src 'self' 'unsafe-inline'; connect-src 'self'; object-src 'none'; base-uri 'none'")
+
+
+class AnyPath(Convertor):
+    """The rest of the path, newlines included (Starlette's `path` stops at one); the handlers read the
+    names again from the raw path, where they are still percent-encoded."""
+    regex = r"[\s\S]*"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("anypath", AnyPath())
 
 
 # ---------------------------------------------------------------------- helpers
@@ -45,8 +56,9 @@ def _viewer(request: Request):
 def _page(request: Request, template: str, status_code: int = 200, **context: Any) -> Response:
     v = _viewer(request)
     html = v.templates.get_template(template).render(request=request, root=v.index.root, **context)
-    return Response(html, status_code=status_code, media_type="text/html; charset=utf-8",
-                    headers={"Content-Security-Policy": PAGE_CSP})
+    # a lone surrogate (a hand-made trajectory.json can hold one) shows as "?" instead of failing the page
+    return Response(html.encode("utf-8", errors="replace"), status_code=status_code,
+                    media_type="text/html; charset=utf-8")  # the security headers: guard.Guard
 
 
 def _htmx(request: Request) -> bool:
@@ -75,6 +87,17 @@ def _run(request: Request) -> RunEntry:
 
 def _bench(request: Request) -> BenchEntry:
     return _lookup(request, "by_bid", "bid", "benchmark")
+
+
+def _tail(request: Request, skip: int, missing: str) -> str:
+    """The file path a URL names after its first `skip` names (as in /r/{rid}/raw/...), each name decoded
+    once from the raw path so that any byte of a file name comes through."""
+    raw = request.scope.get("raw_path")
+    try:
+        names = F.names_of_url(raw) if raw is not None else request.scope["path"].split("/")[1:]
+    except F.BadPath:
+        raise HTTPException(404, missing) from None
+    return "/".join(names[skip:])
 
 
 def _inside(base: os.PathLike, rel: str, is_kind, missing: str) -> Path:
@@ -233,7 +256,7 @@ def run_steps(request: Request) -> Response:
 def run_files(request: Request) -> Response:
     """A page of one folder of the run (files/ by default), filtered by name."""
     entry = _run(request)
-    folder_rel = (request.query_params.get("dir") or "files").strip("/")
+    folder_rel = (F.query_value(request.scope.get("query_string", b""), "dir") or "files").strip("/")
     folder = _inside(entry.path, folder_rel, Path.is_dir, "no such folder in this run")
     page, needle = _int(request.query_params.get("page")), request.query_params.get("q", "")
     entries, total = _viewer(request).listings.page(folder, page, needle)
@@ -247,7 +270,7 @@ def run_files(request: Request) -> Response:
 
 def _file(request: Request) -> tuple[RunEntry, str, os.PathLike]:
     entry = _run(request)
-    rel = request.path_params["path"]
+    rel = _tail(request, 3, "no such file in this run")  # /r/{rid}/view|raw/...
     return entry, rel, _inside(entry.path, rel, Path.is_file, "no such file in this run")
 
 
@@ -256,7 +279,7 @@ def file_view(request: Request) -> Response:
     entry, rel, path = _file(request)
     kind = F.kind_of(path.name)
     context: dict[str, Any] = dict(entry=entry, rel=rel, name=path.name, kind=kind, size=path.stat().st_size,
-                                   raw=f"/r/{entry.rid}/raw/{rel}")
+                                   raw=f"/r/{entry.rid}/raw/{F.url_path(rel)}")
     if kind == "table":
         context["rows"], context["more_rows"] = F.read_table(path)
     elif kind == "text":
@@ -283,7 +306,7 @@ def file_raw(request: Request) -> Response:
         media += "; charset=utf-8"
     headers = {"Content-Security-Policy": RAW_CSP, "X-Content-Type-Options": "nosniff", "Cache-Control": "no-cache"}
     if request.query_params.get("download"):
-        return FileResponse(path, media_type=media, filename=path.name, headers=headers)
+        return FileResponse(path, media_type=media, filename=F.shown(path.name), headers=headers)
     return FileResponse(path, media_type=media, headers=headers, content_disposition_type="inline")
 
 
@@ -386,7 +409,8 @@ def bench_compare(request: Request) -> Response:
 
 def bench_report_file(request: Request) -> Response:
     bench = _bench(request)
-    path = _inside(bench.path / "report", request.path_params["path"], Path.is_file, "no such report file")
+    path = _inside(bench.path / "report", _tail(request, 3, "no such report file"), Path.is_file,
+                   "no such report file")
     media = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
     if path.suffix in (".md", ".json"):
         media = "text/plain; charset=utf-8"
@@ -429,9 +453,9 @@ def routes() -> list[Route]:
         Route("/", runs_list), Route("/favicon.ico", no_icon), Route("/rows", runs_list), Route("/events", list_events),
         Route("/benches", benches_table),
         Route("/r/{rid}", run_page), Route("/r/{rid}/head", run_head), Route("/r/{rid}/steps", run_steps),
-        Route("/r/{rid}/files", run_files), Route("/r/{rid}/view/{path:path}", file_view),
-        Route("/r/{rid}/raw/{path:path}", file_raw), Route("/r/{rid}/events", run_events),
+        Route("/r/{rid}/files", run_files), Route("/r/{rid}/view/{path:anypath}", file_view),
+        Route("/r/{rid}/raw/{path:anypath}", file_raw), Route("/r/{rid}/events", run_events),
         Route("/b/{bid}", bench_page), Route("/b/{bid}/summary", bench_summary), Route("/b/{bid}/items", bench_items),
-        Route("/b/{bid}/compare", bench_compare), Route("/b/{bid}/report/{path:path}", bench_report_file),
+        Route("/b/{bid}/compare", bench_compare), Route("/b/{bid}/report/{path:anypath}", bench_report_file),
         Route("/b/{bid}/events", bench_events),
     ]
