@@ -341,7 +341,29 @@ async def host_sigkill():
 MODEL = "tests/models/test_server_faults.py::"
 BENCH = "tests/bench/test_faults.py::"
 VIEWER = "tests/viewer/test_hostile.py::"
+ISOLATION = "tests/sandbox/test_isolation.py::"
+NETWORK = "tests/sandbox/test_network.py::"
 TEST_ROWS: list[tuple[str, str, str]] = [  # (case, expected, pytest node id or file)
+    ("PID 1: ptrace, /proc/1/mem, its pipes and environment", "denied to every process of the sandbox (the "
+     "server is non-dumpable)", ISOLATION + "test_the_server_is_out_of_the_samples_reach"),
+    ("pool isolation: PID 1's limits, affinity, priority, OOM score", "put back before the next sample, or the "
+     "container discarded (a lowered hard limit, a raised nice)", ISOLATION + "test_the_servers_settings_never_reach_"
+     "the_next_sample"),
+    ("pool isolation: /dev, /dev/shm, mqueue, /sys/fs/cgroup, System V IPC of another user", "the next sample sees "
+     "them as in a fresh sandbox; a deleted device node discards the container",
+     ISOLATION + "test_in_memory_mounts_and_ipc_come_back_clean"),
+    ("pool isolation: xattrs, ACLs, inode flags, mode and owner of /", "restored (the manifest compares them)",
+     ISOLATION + "test_image_metadata_comes_back"),
+    ("pool isolation: --cap-add", "the container serves one sample only",
+     ISOLATION + "test_capabilities_given_back_make_a_container_single_use"),
+    ("disk via engine files and logs (--disk 200m)", "/etc files read-only, no container log: the host loses less "
+     "than the limit + 100 MB", ISOLATION + "test_a_sandbox_cannot_make_the_host_store_more_than_its_disk_limit"),
+    ("sandbox to sandbox (bridge, registries)", "no TCP, UDP, broadcast or DNS name between two sandboxes",
+     NETWORK + "test_sandboxes_cannot_reach_each_other"),
+    ("registries proxy starvation (700 half-sent connections)", "the hog holds at most 32; the other sandbox is "
+     "served", NETWORK + "test_one_sandbox_cannot_starve_the_registries_proxy"),
+    ("a timed-out command's children forge the command marker", "all killed; earlier background jobs live on",
+     ISOLATION + "test_a_timed_out_command_cannot_hide_its_processes"),
     ("model server: a 5xx storm", "retried with backoff; the run completes",
      MODEL + "test_a_run_rides_out_a_5xx_storm"),
     ("model server: permanent 5xx", "a clear error naming the tries; run ends model_error, record kept",
