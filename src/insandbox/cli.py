@@ -203,12 +203,7 @@ def _shared_settings(*, provider, tool_format, stream, stall_timeout, logprobs, 
                    "can reach every service listening on localhost here (the model server included) and every "
                    "network this machine can reach", err=True)
 
-    try:
-        body = json.loads(extra_body) if extra_body else None
-    except ValueError as e:
-        raise BadArgument(f"--extra-body is not valid JSON: {e}") from None
-    if body is not None and not isinstance(body, dict):
-        raise BadArgument("--extra-body must be a JSON object")
+    body = _extra_body(extra_body)
 
     def size(flag: str, value: str) -> Optional[int]:
         if value.strip().lower() in ("none", ""):
@@ -244,6 +239,16 @@ def _shared_settings(*, provider, tool_format, stream, stall_timeout, logprobs, 
 
 
 SHARED = set(_shared_settings.__code__.co_varnames[:_shared_settings.__code__.co_kwonlyargcount])
+
+
+def _extra_body(text: Optional[str]) -> Optional[dict]:
+    try:
+        body = json.loads(text) if text else None
+    except ValueError as e:
+        raise BadArgument(f"--extra-body is not valid JSON: {e}") from None
+    if body is not None and not isinstance(body, dict):
+        raise BadArgument("--extra-body must be a JSON object")
+    return body
 
 
 def _parse_env(items: list[str]) -> dict[str, str]:
@@ -537,6 +542,7 @@ def fork(
     gguf: Gguf = None, tool_format: Annotated[Optional[str], typer.Option(help="native or text (default: as "
                                                                                "recorded).")] = None,
     temperature: Temperature = None, max_tokens: MaxTokens = None, max_steps: MaxSteps = None,
+    extra_body: ExtraBody = None,
 ) -> None:
     """Replay a run's steps 1..K, snapshot the sandbox, and let N branches continue the conversation from
     there with the given model or prompt, each in its own sandbox and run folder. Exit status 0 when every
@@ -552,13 +558,15 @@ def fork(
     if provider not in (None, "openai", "anthropic"):
         _fail(f"--provider {provider}: use openai or anthropic")
     query = None
-    if query_file is not None:
-        try:
+    try:
+        body = _extra_body(extra_body)
+        if query_file is not None:
             query = _read_query(None, query_file)
-        except BadArgument as e:
-            _fail(str(e))
+    except BadArgument as e:
+        _fail(str(e))
     overrides = dict(model=model, base_url=base_url, api_key=api_key, provider=provider, gguf=gguf,
-                     tool_format=tool_format, temperature=temperature, max_tokens=max_tokens, max_steps=max_steps)
+                     tool_format=tool_format, temperature=temperature, max_tokens=max_tokens, max_steps=max_steps,
+                     extra_body=body)
     console = make_console(stderr=json_out)
 
     def on_step(i: int, s) -> None:

@@ -1,12 +1,15 @@
 """Settings of one run, shared by the CLI and the Python API."""
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from .redact import fits, is_redacted, redact, secrets_in
 
 if TYPE_CHECKING:
     from .env import EnvConfig
@@ -167,10 +170,20 @@ class RunConfig(BaseModel):
         """No endpoint configured (or --gguf given): the run serves a local model itself."""
         return self.gguf is not None or (not self.model and not self.base_url)
 
+    def secrets(self) -> set[str]:
+        """The credentials in these settings: the API key (given, else the environment's) and those inside
+        the base URL and extra_body."""
+        key = self.api_key or self.with_environment().api_key
+        return secrets_in(self.base_url, self.extra_body, *([key] if key else []))
+
     def public(self) -> dict:
-        """Settings worth recording in the trajectory (never the API key)."""
+        """Settings worth recording in the trajectory: never the API key, and the base URL and extra_body
+        redacted (redact.py)."""
         data = self.model_dump(mode="json", exclude={"api_key"})
         data["api_key_set"] = bool(self.api_key)
+        secrets = self.secrets()
+        data["base_url"] = redact(data["base_url"], secrets)
+        data["extra_body"] = redact(data["extra_body"], secrets)
         return data
 
     def sandbox_limits(self) -> SandboxLimits:
@@ -191,6 +204,32 @@ class RunConfig(BaseModel):
             stuck_after=self.stuck_after, command_timeout=self.timeout_per_command,
             output_limit_chars=self.output_limit,
             copy_limits=CopyLimits(self.output_max_file_bytes, self.output_max_bytes, self.output_max_files))
+
+
+def refuse_redacted(settings: dict, flags: dict[str, str]) -> None:
+    """A ConfigError when a recorded setting (key of `flags`) lost a credential to redaction: sent as
+    recorded it would fail in a confusing way, so the user must give it again with its flag."""
+    for key, flag in flags.items():
+        if is_redacted(settings.get(key)):
+            raise ConfigError(f"the recorded {flag} held a credential, which insandbox never stores "
+                              f"({_shown(settings.get(key))}): give it again with {flag}")
+
+
+def restored(recorded, given, flag: str):
+    """A recorded setting, or where its credential was redacted the `given` one that matches it
+    (a ConfigError when none is given, or one that differs elsewhere)."""
+    if not is_redacted(recorded):
+        return recorded
+    if given is None:
+        refuse_redacted({"v": recorded}, {"v": flag})
+    if not fits(recorded, given):
+        raise ConfigError(f"{flag} {_shown(given)} is not the recorded {_shown(recorded)} (the run's own settings "
+                          "are used: give the same value)")
+    return given
+
+
+def _shown(value) -> str:
+    return redact(value) if isinstance(value, str) else json.dumps(redact(value))
 
 
 def validated(data: dict) -> RunConfig:

@@ -24,6 +24,7 @@ from .models.base import ModelClient
 from .models.openai_compat import OpenAIChatClient
 from .pricing import Price, PriceTable, is_local, load_prices
 from .prompts import PromptConfig, load_prompt_config
+from .redact import redact
 from .sandbox import OperationError, SandboxError, SandboxSpec, SetupError, backend_class
 from .sandbox.pool import SandboxPool
 from .trajectory import SkippedOutput, StepRecord, Trajectory
@@ -106,11 +107,12 @@ async def resolve_model(cfg: RunConfig) -> str:
         models = await client.models.list()
         names = [m.id for m in models.data]
     except Exception as e:
-        raise ConfigError(f"no --model given and {cfg.base_url} did not list its models ({e})") from e
+        raise ConfigError(redact(f"no --model given and {cfg.base_url} did not list its models ({e})",
+                                 cfg.secrets())) from e
     finally:
         await client.close()
     if not names:
-        raise ConfigError(f"no --model given and {cfg.base_url} lists no models")
+        raise ConfigError(f"no --model given and {redact(cfg.base_url)} lists no models")
     return names[0]
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..config import RunConfig
+from ..redact import redact
 from .runner import BENCH_FILE, SUMMARY_FILE
 from .store import ResultStore, latest
 from .tasks import TaskSpec
@@ -72,6 +73,7 @@ def read_run(run_dir: Path) -> RunInfo:
     meta = json.loads(meta_path.read_text(encoding="utf-8"))
     config = meta.get("config") or {}
     run = {**_defaults(RunConfig), **_plain(config.get("run") or {})}
+    run["extra_body"] = redact(run.get("extra_body"))  # runs recorded before redaction (redact.py) held it verbatim
     task = {**_defaults(TaskSpec), **_plain(meta.get("task") or {})}
     model, price = None, None
     summary_path = run_dir / SUMMARY_FILE

@@ -34,12 +34,13 @@ from typing import Literal, Optional, Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..analysis.accounting import token_breakdown
-from ..config import ConfigError, RunConfig
+from ..config import ConfigError, RunConfig, restored
 from ..episode import ExitReason
 from ..models.base import ModelClient
 from ..models.openai_compat import OpenAIChatClient
 from ..pricing import Price, PriceTable, load_prices
 from ..prompts import PromptConfig, load_prompt_overrides
+from ..redact import redact, secrets_in
 from ..runner import arun, make_model_client, prepare_sandbox, price_of
 from ..sandbox import backend_class
 from ..sandbox.pool import SandboxPool
@@ -101,6 +102,7 @@ class BenchConfig(BaseModel):
     def public(self) -> dict:
         data = self.model_dump(mode="json", exclude={"judge_api_key", "run"})
         data["run"] = self.run.public()
+        data["judge_base_url"] = redact(self.judge_base_url, self.run.secrets() | secrets_in(self.judge_api_key))
         return data
 
 
@@ -162,6 +164,16 @@ def load_bench_config(run_dir: Path) -> BenchConfig:
     elif run.get("max_steps") == RunConfig.model_fields["max_steps"].default:
         run.pop("max_steps")  # older runs: a default here left the task's own limit in force; keep it so
     return BenchConfig(**saved, run=RunConfig(**run))
+
+
+def _with_credentials(saved: BenchConfig, given: BenchConfig) -> BenchConfig:
+    """A resumed run's settings, with the credentials bench.json does not hold taken from the command
+    line (or $INSANDBOX_BASE_URL) where they match what was recorded."""
+    run = saved.run.model_copy(update={
+        "base_url": restored(saved.run.base_url, given.run.with_environment().base_url, "--base-url"),
+        "extra_body": restored(saved.run.extra_body, given.run.extra_body, "--extra-body")})
+    return saved.model_copy(update={"run": run, "judge_base_url": restored(saved.judge_base_url,
+                                                                           given.judge_base_url, "--judge-base-url")})
 
 
 class EngineWatch:
@@ -528,7 +540,7 @@ async def run_bench(cfg: BenchConfig, progress: Optional[BenchProgress] = None,
     """Run (or, with `resume`, finish) a benchmark; with `ray` (a cluster address, or "auto") the
     samples run on the nodes of that Ray cluster."""
     if resume is not None:
-        cfg = load_bench_config(resume)
+        cfg = _with_credentials(load_bench_config(resume), cfg)
         if concurrency:
             cfg = cfg.model_copy(update={"concurrency": concurrency})
     executor = None

@@ -28,6 +28,7 @@ from ..bench.data import Row
 from ..bench.runner import BenchAborted, BenchConfig, BenchRun, EngineOutage, safe_name
 from ..config import ConfigError
 from ..models.openai_compat import is_loopback
+from ..redact import redact
 from .cluster import NodePool, NoNodesLeft, connect, disconnect
 
 
@@ -144,7 +145,7 @@ class RayBenchExecutor:
             raise ConfigError(f"--ray {self.address}: the cluster has no alive node")
         bench.progress.on_status(f"Ray: {len(self.pool.ready())} node(s): {self.pool.describe()}")
         if is_loopback(run.base_url) and len({n.address for n in self.pool.ready()}) > 1:
-            bench.progress.on_status(f"warning: the model server {run.base_url} is on this machine's loopback: "
+            bench.progress.on_status(f"warning: the model server {redact(run.base_url)} is on this machine's loopback: "
                                      "nodes on other machines cannot reach it (give an address they can)")
 
     async def run(self, bench: BenchRun, row: Row, repeat: int, mode: str) -> dict:

@@ -106,6 +106,7 @@ class OpenAIChatClient(SDKClient):
             self.params["temperature"] = temperature
         if max_tokens is not None:
             self.params["max_tokens"] = max_tokens
+        self.extra_body = extra_body
         if extra_body:
             self.params["extra_body"] = extra_body
         if logprobs:

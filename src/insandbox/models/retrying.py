@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from datetime import timezone
 from typing import Any, Optional
 
+from ..redact import redact, secrets_in
 from .base import ModelError
 
 BACKOFF_S = (0.5, 8.0)  # first wait, longest wait
@@ -223,6 +224,10 @@ class SDKClient:
     (make `self._client`) and `_complete(messages, tools, t0)`."""
 
     _client: Any = None
+    _secrets: Optional[set[str]] = None
+    base_url: Optional[str] = None
+    api_key: Optional[str] = None
+    extra_body: Optional[dict] = None
 
     def _sdk(self) -> Any:
         raise NotImplementedError
@@ -240,10 +245,20 @@ class SDKClient:
     async def complete(self, messages: list[dict], tools: Optional[list[dict]] = None):
         t0 = time.perf_counter()
         try:
-            return await self._complete(messages, tools, t0)
+            reply = await self._complete(messages, tools, t0)
         except ModelError as e:
             e.latency_s = time.perf_counter() - t0
+            e.args = tuple(self.redacted(a) if isinstance(a, str) else a for a in e.args)
             raise
+        reply.notes = [self.redacted(n) for n in reply.notes]
+        return reply
+
+    def redacted(self, text: str) -> str:
+        """Text to record or show, without the credentials of this client's URL, key and extra body
+        (they reach error messages and retry notes through the URL and servers that echo requests)."""
+        if self._secrets is None:
+            self._secrets = secrets_in(self.base_url, self.extra_body, *([self.api_key] if self.api_key else []))
+        return redact(text, self._secrets)
 
     async def _complete(self, messages: list[dict], tools: Optional[list[dict]], t0: float):
         raise NotImplementedError

@@ -54,8 +54,8 @@ received, counted from 1; a single number for one request). Either holds one of:
 A request asking for `logprobs` gets one entry per 8-character piece of the text.
 
 Every request is logged when it arrives (`ScriptedServer.requests`): `n` (its number),
-`conv`, `turn`, `t_recv`, then `status`, `t_sent`, `fault` (its kind) and `headers` (the
-extra ones) as it is answered.
+`conv`, `turn`, `t_recv`, `authorization` (the header, to check which credentials came), then
+`status`, `t_sent`, `fault` (its kind) and `headers` (the extra ones) as it is answered.
 """
 from __future__ import annotations
 
@@ -235,7 +235,8 @@ class _Handler(JSONHandler):
         turns = script["llm_turns"] if not req.get("tools") and "llm_turns" in script else script["turns"]
         turn = turns[index] if index < len(turns) else {"tool": "submit"}
         record = state.record({"n": n, "api": "messages" if anthropic else "chat", "conv": conv, "turn": index,
-                               "t_recv": t_recv, "messages": messages, "tools": req.get("tools"),
+                               "t_recv": t_recv, "authorization": self.headers.get("Authorization"),
+                               "messages": messages, "tools": req.get("tools"),
                                "params": {k: v for k, v in req.items() if k not in ("messages", "tools")}})
 
         latency = turn.get("latency", state.latency if state.latency is not None else script.get("latency", 0))

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..agent import continue_episode
-from ..config import RunConfig
+from ..config import RunConfig, refuse_redacted
 from ..pricing import load_prices
 from ..runner import RunResult, _collect, make_model_client, new_run_id, prepare_sandbox, price_of, settings
 from ..sandbox import SandboxError
@@ -54,6 +54,7 @@ def branch_settings(recorded: RecordedRun, overrides: dict[str, Any]) -> RunConf
     elif "base_url" in given:  # another server: its own model unless one is named
         base.update(model=None)
     base.update(given)
+    refuse_redacted(base, {"base_url": "--base-url", "extra_body": "--extra-body"})  # never send a "***"
     return settings(None, base)
 
 
