@@ -294,6 +294,8 @@ def test_an_image_name_that_is_not_one_is_refused_before_anything_starts(recorde
     assert f"--image: {bad!r} is not an image name" in refused(tmp_path, "replay", str(run))
     assert "is not an image name" in refused(tmp_path, "fork", str(run), "--step", "1", "--base-url",
                                              recorded[1].url)
+    r = cli("replay", str(run), "--image", "insandbox:latest", "--until", "1", "-q")  # replaced: fine
+    assert r.returncode == 0, r.stderr
     good = _copy(recorded, tmp_path / "good")
     for cmd in (["replay", str(good), "--image", bad], ["fork", str(good), "--step", "1", "--image", bad],
                 ["run", "x", "--image", bad, "--model", "m", "--base-url", recorded[1].url],

@@ -75,9 +75,10 @@ def load_recorded(run_dir: Path, image: Optional[str] = None, *, given: Optional
         raise ReplayError(f"{path}: cannot be read ({str(e).splitlines()[0]})") from None
     if traj.mode != "sandbox":
         raise ReplayError(f"{run_dir}: a {traj.mode}-mode run made no tool calls; there is nothing to replay")
-    try:
-        validated({k: v for k, v in traj.config.items() if k in CHECKED})  # a bad value is named as bad first
-        recorded, granted = sandbox_settings(traj.config, {**(given or {}), **({"image": image} if image else {})})
+    given = {**(given or {}), **({"image": image} if image else {})}
+    try:  # a bad recorded value (one the command line does not replace) is named as bad, not as asked for
+        validated({k: v for k, v in traj.config.items() if k in CHECKED and k not in given})
+        recorded, granted = sandbox_settings(traj.config, given)
         settings = validated(recorded)
     except ConfigError as e:
         raise ReplayError(f"{path}: the recorded settings do not load ({e})") from None
