@@ -198,10 +198,8 @@ def _shared_settings(*, provider, tool_format, stream, stall_timeout, logprobs, 
     """RunConfig fields from the shared options; BadArgument for what typer cannot check."""
     from .config import parse_size
 
-    if network == "host":  # documented, but easy to miss: say it every time
-        typer.echo("insandbox: warning: --network host gives the sandbox this machine's network: the model's code "
-                   "can reach every service listening on localhost here (the model server included) and every "
-                   "network this machine can reach", err=True)
+    if network == "host":
+        _warn_host_network()
 
     body = _extra_body(extra_body)
 
@@ -249,6 +247,48 @@ def _extra_body(text: Optional[str]) -> Optional[dict]:
     if body is not None and not isinstance(body, dict):
         raise BadArgument("--extra-body must be a JSON object")
     return body
+
+
+def _warn_host_network() -> None:
+    """Documented, but easy to miss: said every time."""
+    typer.echo("insandbox: warning: --network host gives the sandbox this machine's network: the model's code "
+               "can reach every service listening on localhost here (the model server included) and every "
+               "network this machine can reach", err=True)
+
+
+def _sandbox_given(*, image, network, cap_add, runtime, memory, cpus, pids_limit, disk, max_output_file_size,
+                   max_output_size, max_output_files) -> dict:
+    """The sandbox options replay and fork were given, as RunConfig fields (absent: not given; a value of
+    None: no limit), the same values as for run. Only these grant what a run folder asks beyond the
+    defaults (replay/grants.py). BadArgument or ConfigError for a bad value."""
+    from .config import parse_size
+
+    out = {k: v for k, v in (("image", image), ("network", network), ("cap_add", cap_add)) if v is not None}
+    if runtime is not None:
+        out["runtime"] = runtime or None
+    for key, v in (("memory", memory), ("disk", disk)):
+        if v is not None:
+            out[key] = None if v.strip().lower() in ("none", "0", "") else v
+    for key, v in (("cpus", cpus), ("pids_limit", pids_limit), ("output_max_files", max_output_files)):
+        if v is not None:
+            out[key] = v or None  # 0: no limit
+    for key, flag, v in (("output_max_file_bytes", "--max-output-file-size", max_output_file_size),
+                         ("output_max_bytes", "--max-output-size", max_output_size)):
+        if v is not None:
+            try:
+                out[key] = None if v.strip().lower() in ("none", "") else parse_size(v)
+            except ValueError as e:
+                raise BadArgument(f"{flag}: {e}") from None
+    checked = _validated(out)  # each value as run would check it (capability names normalised)
+    return {k: getattr(checked, k) for k in out}
+
+
+def _show_granted(granted: list[str]) -> None:
+    """Once nothing is refused any more: what the command line gave beyond the defaults."""
+    if "--network host" in granted:
+        _warn_host_network()
+    if granted:
+        typer.echo(f"insandbox: granted from the command line: {', '.join(granted)}", err=True)
 
 
 def _parse_env(items: list[str]) -> dict[str, str]:
@@ -480,25 +520,37 @@ def replay(
                                                                      "file.")] = None,
     input_dir: Annotated[Optional[Path], typer.Option(help="Take the input files from this folder instead of the "
                                                            "recorded ones.")] = None,
-    image: Annotated[Optional[str], typer.Option(help="Replay in this image instead of the recorded one.")] = None,
+    image: Annotated[Optional[str], typer.Option(help="Replay in this image instead of the recorded one.",
+                                                 rich_help_panel=S)] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the summary line.")] = False,
+    network: Network = None, cap_add: CapAdd = None, runtime: Runtime = None, memory: Memory = None,
+    cpus: Cpus = None, pids_limit: PidsLimit = None, disk: Disk = None, max_output_file_size: CopyFileLimit = None,
+    max_output_size: CopyTotalLimit = None, max_output_files: CopyFilesLimit = None,
 ) -> None:
     """Run a recorded trajectory's tool calls again in a fresh sandbox and report, call by call, where the
-    observations differ. Exit status 0 when the replay ran, whatever it found; 1 when the sandbox failed;
-    2 for bad arguments (no trajectory, input files gone, a bad --ignore)."""
+    observations differ. The sandbox options replace the recorded settings; a recorded setting beyond
+    run's defaults (another network, capabilities, a runtime or image, looser limits) is refused unless
+    given here. Exit status 0 when the replay ran, whatever it found; 1 when the sandbox failed; 2 for bad
+    arguments (no trajectory, input files gone, a bad --ignore, a run folder asking for what it may not)."""
+    from .config import ConfigError
     from .console import make_console
     from .replay.inputs import InputsMissing
     from .replay.replayer import Replayer, ReplayError, load_recorded
     from .replay.report import print_report, write_json
+    from .replay.safe_files import UnsafeRunFolder
     from .runner import prepare_sandbox
 
     if until is not None and until < 1:
         _fail("--until: give a step number from 1")
     try:
-        recorded = load_recorded(run_dir, image)
+        given = _sandbox_given(image=image, network=network, cap_add=cap_add, runtime=runtime, memory=memory,
+                               cpus=cpus, pids_limit=pids_limit, disk=disk, max_output_file_size=max_output_file_size,
+                               max_output_size=max_output_size, max_output_files=max_output_files)
+        recorded = load_recorded(run_dir, given=given)
         replayer = Replayer(recorded, ignore or [], input_dir)
-    except (ReplayError, InputsMissing) as e:
+    except (BadArgument, ConfigError, ReplayError, InputsMissing, UnsafeRunFolder) as e:
         _fail(str(e))
+    _show_granted(recorded.granted)
 
     async def go():
         await prepare_sandbox(recorded.settings)
@@ -543,15 +595,22 @@ def fork(
                                                                                "recorded).")] = None,
     temperature: Temperature = None, max_tokens: MaxTokens = None, max_steps: MaxSteps = None,
     extra_body: ExtraBody = None,
+    image: Image = None, network: Network = None, cap_add: CapAdd = None, runtime: Runtime = None,
+    memory: Memory = None, cpus: Cpus = None, pids_limit: PidsLimit = None, disk: Disk = None,
+    max_output_file_size: CopyFileLimit = None, max_output_size: CopyTotalLimit = None,
+    max_output_files: CopyFilesLimit = None,
 ) -> None:
     """Replay a run's steps 1..K, snapshot the sandbox, and let N branches continue the conversation from
-    there with the given model or prompt, each in its own sandbox and run folder. Exit status 0 when every
-    branch ended on the model's terms or a limit; 1 when a branch, the model server or the sandbox failed;
-    2 for bad arguments."""
+    there with the given model or prompt, each in its own sandbox and run folder. The recorded model server
+    is used only when it is on this machine (else pass --base-url); the sandbox options are as for replay.
+    Exit status 0 when every branch ended on the model's terms or a limit; 1 when a branch, the model server
+    or the sandbox failed; 2 for bad arguments (and a run folder asking for what it may not)."""
+    from .config import ConfigError
     from .console import make_console, shown
     from .replay.fork import fork_run
     from .replay.inputs import InputsMissing
     from .replay.replayer import ReplayError
+    from .replay.safe_files import UnsafeRunFolder
 
     if tool_format not in (None, "native", "text"):
         _fail(f"--tool-format {tool_format}: use native or text")
@@ -562,7 +621,10 @@ def fork(
         body = _extra_body(extra_body)
         if query_file is not None:
             query = _read_query(None, query_file)
-    except BadArgument as e:
+        given = _sandbox_given(image=image, network=network, cap_add=cap_add, runtime=runtime, memory=memory,
+                               cpus=cpus, pids_limit=pids_limit, disk=disk, max_output_file_size=max_output_file_size,
+                               max_output_size=max_output_size, max_output_files=max_output_files)
+    except (BadArgument, ConfigError) as e:
         _fail(str(e))
     overrides = dict(model=model, base_url=base_url, api_key=api_key, provider=provider, gguf=gguf,
                      tool_format=tool_format, temperature=temperature, max_tokens=max_tokens, max_steps=max_steps,
@@ -576,7 +638,8 @@ def fork(
 
     result = _finish(lambda: fork_run(run_dir, step, n, overrides, prompt_append=prompt_append, query=query,
                                       output_dir=output_dir, ignore=tuple(ignore or ()), input_dir=input_dir,
-                                      on_step=on_step), bad=(ReplayError, InputsMissing))
+                                      sandbox=given, on_granted=_show_granted, on_step=on_step),
+                     bad=(ReplayError, InputsMissing, UnsafeRunFolder))
     _print_fork(result, console, json_out)
     if any(b.exit_reason is None or b.exit_reason.is_failure for b in result.branches):
         raise typer.Exit(1)

@@ -22,6 +22,13 @@ TOOL_CHOICES = ("auto", "required", "none")
 # bridge, none and host are Docker's own, registries is ours (package registries only, through a
 # proxy: sandbox/proxy.py); any other name must be an existing Docker network
 _NETWORK_NAME = re.compile(r"^(container:)?[A-Za-z0-9][A-Za-z0-9_.-]*$")
+# Docker's image reference grammar: [registry[:port]/]name[/name...][:tag][@algorithm:hex], the
+# name's components lowercase; anything else never reaches the engine
+_NAME_PART = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_HOST_PART = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+_IMAGE_REF = re.compile(
+    rf"(?P<name>(?:(?:{_HOST_PART}(?:\.{_HOST_PART})*|\[[0-9a-fA-F:]+\])(?::[0-9]+)?/)?{_NAME_PART}(?:/{_NAME_PART})*)"
+    r"(?::[\w][\w.-]{0,127})?(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?", re.ASCII)
 
 
 class ConfigError(ValueError):
@@ -122,6 +129,15 @@ class RunConfig(BaseModel):
         if not _NETWORK_NAME.match(v):
             raise ValueError(f"{v!r} is not a network: use bridge, none, registries, host or the name of a "
                              "Docker network")
+        return v
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, v: str) -> str:
+        m = _IMAGE_REF.fullmatch(v)
+        if not m or len(m.group("name")) > 255:
+            raise ValueError(f"{v!r} is not an image name ([registry[:port]/]name[:tag][@sha256:...], the name in "
+                             "lowercase)")
         return v
 
     @field_validator("memory", "disk")

@@ -210,6 +210,9 @@ async def arun(query: str, config: Optional[RunConfig] = None, *, observer: Opti
     traj = Trajectory(run_id=run_id, mode=cfg.mode, config={**cfg.public(), **model_info},
                       task={"id": task_id, "prompt": query, "input_dir": str(cfg.input_dir) if cfg.input_dir else None,
                             "input_files": sorted(task.input_files), "prompt_config": prompt_source,
+                            # what replay and fork need of the prompt config, so they never read its file
+                            "sandbox_dirs": {k: getattr(prompts, k) for k in ("working_dir", "input_dir",
+                                                                              "output_dir")},
                             **_inputs_record(task, run_dir, keep=cfg.mode == "sandbox")})
     traj.set_price(price or price_of(table, cfg, client.name))
     result = RunResult(run_dir, traj)

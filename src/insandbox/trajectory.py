@@ -112,7 +112,8 @@ class Trajectory(BaseModel):
     mode: str = "sandbox"  # "sandbox" or "llm"
     created_at: str = Field(default_factory=now_iso)
     finished_at: Optional[str] = None
-    task: dict[str, Any] = Field(default_factory=dict)  # prompt, id, input files (names, input_digests)
+    # prompt, id, input files (names, input_digests), sandbox_dirs (its working, input and output folders)
+    task: dict[str, Any] = Field(default_factory=dict)
     config: dict[str, Any] = Field(default_factory=dict)  # model and run settings (never the API key)
     sandbox: dict[str, Any] = Field(default_factory=dict)  # image, container, limits, start-up timings
     tools: list[dict] = Field(default_factory=list)  # the schemas offered to the model
@@ -179,7 +180,12 @@ class Trajectory(BaseModel):
 
     @classmethod
     def load(cls, path: Path) -> Trajectory:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        return cls.loads(Path(path).read_text(encoding="utf-8"), path)
+
+    @classmethod
+    def loads(cls, text: str, path: Path | str = "trajectory.json") -> Trajectory:
+        """From the file's text (read by the caller, e.g. without following links); `path` for errors."""
+        data = json.loads(text)
         if not isinstance(data, dict):
             raise ValueError(f"{path}: a JSON {type(data).__name__}, not a trajectory")
         if data.get("schema_version", 0) > SCHEMA_VERSION:

@@ -32,12 +32,16 @@ def test_a_replay_finds_the_inputs_checks_them_and_says_what_is_missing(tmp_path
     found = find_inputs(task, tmp_path)
     assert found.matches is False and found.notes == ["the input files differ from the recorded ones: a.txt"]
 
-    old_run = {"input_files": [], "input_dir": str(tmp_path / "inputs")}  # recorded before digests existed
+    old_run = {"input_files": ["a.txt"]}  # recorded before digests existed
     found = find_inputs(old_run, tmp_path)
-    assert found.input_dir == tmp_path / "inputs" and found.matches is None and "no digests" in found.notes[0]
+    assert found.files == {"a.txt": b"changed"} and found.matches is None and "no digests" in found.notes[0]
 
-    with pytest.raises(InputsMissing, match="input folder /gone no longer exists; pass --input-dir"):
-        find_inputs({"input_dir": "/gone"}, tmp_path)
+    # a host folder the run names is never read on its word, existing or not: --input-dir says which
+    for named in (str(tmp_path / "inputs"), "/gone"):
+        with pytest.raises(InputsMissing, match=f"host folder {named}, which a replay never reads.*--input-dir"):
+            find_inputs({"input_files": [], "input_dir": named}, tmp_path)
+    found = find_inputs({"input_dir": "/gone"}, tmp_path, override=tmp_path / "inputs")
+    assert found.input_dir == tmp_path / "inputs"
     with pytest.raises(InputsMissing, match=r"in-memory input files \(b.txt\) are not in"):
         find_inputs({"input_files": ["b.txt"]}, tmp_path)
     with pytest.raises(InputsMissing, match="not a folder"):

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import datetime as _dt
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,8 +26,10 @@ from ..pricing import load_prices
 from ..runner import RunResult, _collect, make_model_client, new_run_id, prepare_sandbox, price_of, settings
 from ..sandbox import SandboxError
 from ..trajectory import StepRecord, Trajectory
-from .inputs import INPUTS_DIR
-from .replayer import RecordedRun, Replayer, ReplayError, ReplayReport, load_recorded
+from .grants import check_model_server
+from .inputs import save_input_files
+from .replayer import SANDBOX_DIRS, RecordedRun, Replayer, ReplayError, ReplayReport, load_recorded
+from .safe_files import check_new_folder, new_folder
 
 # the model's settings: taken from the command line where given, else as recorded
 MODEL_KEYS = ("provider", "model", "base_url", "api_key", "gguf", "temperature", "max_tokens", "extra_body",
@@ -46,9 +47,11 @@ class ForkResult:
 def branch_settings(recorded: RecordedRun, overrides: dict[str, Any]) -> RunConfig:
     """The branches' settings: the recorded run's, with the model settings given laid over them: --model
     alone asks the recorded server for another model, --base-url another server (its first model unless
-    --model names one); nothing given: the recorded model (the embedded one when the run had it)."""
+    --model names one); nothing given: the recorded model (the embedded one when the run had it), and
+    the recorded server only when it is on this machine (grants.check_model_server)."""
     base = recorded.settings.model_dump()
     given = {k: v for k, v in overrides.items() if v is not None}
+    check_model_server(base.get("base_url"), given)
     if base.get("base_url") == "embedded" or "gguf" in given:  # a local model served by the fork itself
         base.update(model=None, base_url=None)
     elif "base_url" in given:  # another server: its own model unless one is named
@@ -88,11 +91,15 @@ OnStep = Callable[[int, StepRecord], None]
 async def fork_run(run_dir: Path, step: int, n: int, overrides: Optional[dict[str, Any]] = None, *,
                    prompt_append: Optional[str] = None, query: Optional[str] = None,
                    output_dir: Optional[Path] = None, ignore: tuple[str, ...] = (), input_dir: Optional[Path] = None,
+                   sandbox: Optional[dict[str, Any]] = None, on_granted: Optional[Callable[[list[str]], None]] = None,
                    on_step: Optional[OnStep] = None) -> ForkResult:
     """Replay steps 1..step of a run, fork its sandbox n ways and let each branch go on with the model.
-    Branch i's folder: output_dir/branch-i (default RUN_DIR/forks/step-<k>/branch-i)."""
+    Branch i's folder: output_dir/branch-i (default RUN_DIR/forks/step-<k>/branch-i), new or empty.
+    `sandbox`: the sandbox settings the caller gives (RunConfig fields), which alone may grant what the
+    run folder asks beyond the defaults; `on_granted` hears which were. Everything the run folder could
+    make wrong is refused (ReplayError, InputsMissing, UnsafeRunFolder) before anything is started."""
     run_dir = Path(run_dir)
-    recorded = load_recorded(run_dir)
+    recorded = load_recorded(run_dir, given=sandbox)
     original = recorded.trajectory
     if not 0 <= step <= len(original.steps):
         raise ReplayError(f"--step {step}: the run has steps 1..{len(original.steps)} (0: before the first)")
@@ -105,11 +112,20 @@ async def fork_run(run_dir: Path, step: int, n: int, overrides: Optional[dict[st
     if prompt_append:
         messages.append({"role": "user", "content": prompt_append})
     replayer = Replayer(recorded, ignore, input_dir)
-    out_root = Path(output_dir) if output_dir else run_dir / "forks" / f"step-{step}"
+    # the branch folders: made later without following links; a link or a used folder in the way stops here
+    root, follow = (Path(output_dir), True) if output_dir else (run_dir, False)
+    rels = [("" if output_dir else f"forks/step-{step}/") + f"branch-{i}" for i in range(1, n + 1)]
+    for rel in rels:
+        check_new_folder(root, rel, follow_root=follow)
+    if on_granted and recorded.granted:
+        on_granted(recorded.granted)
     table = load_prices(cfg.prices)
     await prepare_sandbox(recorded.settings)
     client = await make_model_client(cfg)
     try:
+        if output_dir:
+            root.mkdir(parents=True, exist_ok=True)  # a folder the user named
+        folders = [new_folder(root, rel, follow_root=follow) for rel in rels]
         t0 = time.perf_counter()
         report = await replayer.replay(until=step)
         if report.stopped:
@@ -124,9 +140,10 @@ async def fork_run(run_dir: Path, step: int, n: int, overrides: Optional[dict[st
         result.timings.update(snap.timings if snap is not None else {})
         await replayer.close()  # the replay's own sandbox is not needed any more
         price = price_of(table, cfg, client.name)
-        runs = [_branch(i, env, client, cfg, recorded, step, n, messages, out_root / f"branch-{i}", price, on_step,
-                        {"prompt_append": prompt_append, "query_replaced": query is not None})
-                for i, env in enumerate(envs, 1)]
+        how = {"prompt_append": prompt_append, "query_replaced": query is not None}
+        runs = [_branch(i, env, client, cfg, recorded, step, n, messages, folder, replayer.inputs.files, price,
+                        on_step, how)
+                for i, (env, folder) in enumerate(zip(envs, folders, strict=True), 1)]
         result.branches = list(await asyncio.gather(*runs))
         return result
     finally:
@@ -135,14 +152,21 @@ async def fork_run(run_dir: Path, step: int, n: int, overrides: Optional[dict[st
 
 
 async def _branch(i: int, env, client, cfg: RunConfig, recorded: RecordedRun, step: int, n: int,
-                  messages: list[dict], run_dir: Path, price, on_step: Optional[OnStep], how: dict) -> RunResult:
+                  messages: list[dict], run_dir: Path, inputs: dict[str, bytes], price, on_step: Optional[OnStep],
+                  how: dict) -> RunResult:
+    """One branch in its folder (`run_dir`, made new or empty by fork_run: nothing in it can be a link)."""
     original = recorded.trajectory
-    run_dir.mkdir(parents=True, exist_ok=True)
-    if (recorded.run_dir / INPUTS_DIR).is_dir() and not (run_dir / INPUTS_DIR).exists():
-        shutil.copytree(recorded.run_dir / INPUTS_DIR, run_dir / INPUTS_DIR)  # so a branch replays on its own
+    try:  # new and empty: the copy-back then writes only where it made folders itself
+        new_folder(run_dir, "files")
+    except BaseException:
+        await env.close()
+        raise
+    if inputs:  # the files the replay read from the run folder, so a branch replays on its own
+        save_input_files(run_dir, inputs)
     fork = {"from": str(recorded.run_dir), "run_id": original.run_id, "step": step, "branch": i, "of": n, **how}
+    task = {**copy.deepcopy(original.task), "sandbox_dirs": {k: getattr(recorded.prompts, k) for k in SANDBOX_DIRS}}
     traj = Trajectory(run_id=new_run_id(), mode="sandbox", config={**cfg.public(), "model": client.name, "fork": fork},
-                      task=copy.deepcopy(original.task), tools=env.tool_schemas, messages=copy.deepcopy(messages))
+                      task=task, tools=env.tool_schemas, messages=copy.deepcopy(messages))
     for s in original.steps[:step]:
         traj.add_step(s.model_copy(deep=True))
     traj.set_price(price)  # what the branch's own steps cost

@@ -8,8 +8,10 @@ A run records in `trajectory.task`:
   (the folder's files, then the in-memory ones over them), so a replay can tell whether it
   starts from the same inputs.
 
-Runs recorded before `inputs/` and `input_digests` existed still replay: their input folder is
-used when it still exists, and a replay says what it cannot check or find.
+A replay or fork reads the in-memory files back from `inputs/` without following links, and never
+reads the recorded `input_dir` (a run folder may name any host folder there): a run that had one
+replays with `--input-dir`. Runs recorded before `inputs/` and `input_digests` existed still
+replay; a replay says what it cannot check or find.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from typing import Optional, Union
 from ..sandbox.copyback import host_path
 
 INPUTS_DIR = "inputs"  # in the run folder: the in-memory input files, as the sandbox got them
+INPUTS_MAX_BYTES = 2 * 1024 ** 3  # all of them together, as a replay reads them back
 
 
 class InputsMissing(ValueError):
@@ -77,10 +80,15 @@ class FoundInputs:
 
 
 def find_inputs(task: dict, run_dir: Path, override: Optional[Path] = None) -> FoundInputs:
-    """The recorded run's inputs: `override` (a folder) if given, else the recorded input folder and
-    the in-memory files kept in run_dir/inputs/. InputsMissing when the run had inputs that are gone."""
+    """The recorded run's inputs: `override` (a folder the user gave) if given, else the in-memory
+    files kept in run_dir/inputs/, read without following links (safe_files.py). A host folder the
+    run names is never read on its word: InputsMissing asks for --input-dir instead, as it does when
+    the kept files are gone; UnsafeRunFolder when one of them is a link or not a plain file."""
+    from .safe_files import INPUT_FILE_MAX_BYTES, UnsafeRunFolder, read_file
+
     found = FoundInputs()
-    names = list(task.get("input_files") or [])
+    listed = task.get("input_files") or []
+    names = [str(n) for n in listed] if isinstance(listed, list) else []
     recorded_dir = task.get("input_dir")
     if override is not None:
         if not Path(override).is_dir():
@@ -88,24 +96,30 @@ def find_inputs(task: dict, run_dir: Path, override: Optional[Path] = None) -> F
         found.input_dir = Path(override)
     else:
         if recorded_dir:
-            if not Path(recorded_dir).is_dir():
-                raise InputsMissing(f"the run's input folder {recorded_dir} no longer exists; pass --input-dir "
-                                    "with a copy of it")
-            found.input_dir = Path(recorded_dir)
-        missing = []
+            raise InputsMissing(f"the run took its input files from the host folder {recorded_dir}, which a replay "
+                                "never reads on a run folder's word; pass --input-dir with that folder (or a copy)")
+        missing, total = [], 0
         for name in names:
-            path = host_path(Path(run_dir) / INPUTS_DIR, name)
-            if path is None or not path.is_file():
+            parts = [p for p in name.split("/") if p not in ("", ".")]
+            try:
+                if not parts or ".." in parts:  # a name leading elsewhere: never kept
+                    raise FileNotFoundError(name)
+                data = read_file(Path(run_dir), "/".join([INPUTS_DIR, *parts]), INPUT_FILE_MAX_BYTES)
+            except FileNotFoundError:
                 missing.append(name)
-            else:
-                found.files[name] = path.read_bytes()
+                continue
+            total += len(data)
+            if total > INPUTS_MAX_BYTES:
+                raise UnsafeRunFolder(f"the input files in {Path(run_dir) / INPUTS_DIR} hold more than "
+                                      f"{INPUTS_MAX_BYTES:,} bytes, more than insandbox reads from a run folder")
+            found.files[name] = data
         if missing:
             shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
             raise InputsMissing(f"the run's in-memory input files ({shown}) are not in {Path(run_dir) / INPUTS_DIR} "
                                 "(runs recorded before insandbox kept them); pass --input-dir with a folder "
                                 "holding them")
     recorded = task.get("input_digests")
-    if recorded is None:
+    if not isinstance(recorded, dict):
         if names or recorded_dir:
             found.notes.append("the run recorded no digests of its input files: they are not checked")
         return found

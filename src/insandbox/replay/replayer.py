@@ -10,11 +10,16 @@ which with `ignore`, and the report lists the patterns it used.
 The replayed episode runs without the run's limits (steps, tokens, time, the stuck check): it
 replays what was recorded, however the run ended. `Replayer.env` stays open after `replay()`
 (a fork snapshots it); `close()` removes its sandbox.
+
+A run folder is data: its files are read without following links (safe_files.py), no host path
+it names is read (inputs come from its own inputs/ or from --input-dir), and its sandbox settings
+give nothing beyond the defaults unless the command line does too (grants.py).
 """
 from __future__ import annotations
 
 import difflib
 import json
+import os
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
@@ -26,13 +31,14 @@ from ..env import SandboxEnv, Task
 from ..prompts import PromptConfig, load_prompt_config
 from ..tools import ToolCall
 from ..trajectory import Trajectory
+from .grants import CHECKED, sandbox_settings
 from .inputs import FoundInputs, find_inputs
+from .safe_files import SMALL_FILE_MAX_BYTES, TRAJECTORY_MAX_BYTES, read_file
 
 IGNORED = "<ignored>"
 DIFF_MAX_LINES = 40
 DIFF_MAX_CHARS = 4000
-# recorded settings that replay does not take over: they name host paths or this run's own files
-NOT_REPLAYED = {"api_key", "input_dir", "output_dir", "prompt_config", "gguf", "prices"}
+SANDBOX_DIRS = ("working_dir", "input_dir", "output_dir")
 
 
 class ReplayError(ValueError):
@@ -43,55 +49,79 @@ class ReplayError(ValueError):
 class RecordedRun:
     run_dir: Path
     trajectory: Trajectory
-    settings: RunConfig  # the run's sandbox and task settings, as recorded
+    settings: RunConfig  # the run's sandbox and task settings, as recorded (or as the command line gave them)
     prompts: PromptConfig  # for the sandbox's folders (working, input, output)
     notes: list[str] = field(default_factory=list)
+    granted: list[str] = field(default_factory=list)  # options the command line gave beyond the defaults
 
 
-def load_recorded(run_dir: Path, image: Optional[str] = None) -> RecordedRun:
-    """A run folder (`runs/<id>/`, or a benchmark sample `samples/<mode>/<id>/r<k>/`) ready to replay."""
+def load_recorded(run_dir: Path, image: Optional[str] = None, *, given: Optional[dict] = None) -> RecordedRun:
+    """A run folder (`runs/<id>/`, or a benchmark sample `samples/<mode>/<id>/r<k>/`) ready to replay.
+    The folder is data: its trajectory is read without following links, no host path it names is
+    used, and its sandbox settings are checked against `given` (the command line's: grants.py).
+    ReplayError or UnsafeRunFolder (both one line) when it cannot be replayed as it is."""
     run_dir = Path(run_dir)
     path = run_dir / "trajectory.json"
-    if not path.is_file():
-        raise ReplayError(f"{run_dir}: no trajectory.json (give a run folder, or a benchmark sample's folder "
-                          "samples/<mode>/<id>/r<k>)")
     try:
-        traj = Trajectory.load(path)
-    except (OSError, ValueError) as e:
+        raw = read_file(run_dir, "trajectory.json", TRAJECTORY_MAX_BYTES)
+    except FileNotFoundError:
+        raise ReplayError(f"{run_dir}: no trajectory.json (give a run folder, or a benchmark sample's folder "
+                          "samples/<mode>/<id>/r<k>)") from None
+    except OSError as e:
+        raise ReplayError(f"{path}: cannot be read ({e.strerror or e})") from None
+    try:
+        traj = Trajectory.loads(raw.decode("utf-8"), path)
+    except ValueError as e:
         raise ReplayError(f"{path}: cannot be read ({str(e).splitlines()[0]})") from None
     if traj.mode != "sandbox":
         raise ReplayError(f"{run_dir}: a {traj.mode}-mode run made no tool calls; there is nothing to replay")
-    recorded = {k: v for k, v in traj.config.items() if k in RunConfig.model_fields and k not in NOT_REPLAYED}
-    if image:
-        recorded["image"] = image
-    try:
+    given = {**(given or {}), **({"image": image} if image else {})}
+    try:  # a bad recorded value (one the command line does not replace) is named as bad, not as asked for
+        validated({k: v for k, v in traj.config.items() if k in CHECKED and k not in given})
+        recorded, granted = sandbox_settings(traj.config, given)
         settings = validated(recorded)
     except ConfigError as e:
         raise ReplayError(f"{path}: the recorded settings do not load ({e})") from None
     prompts, notes = _prompts(traj, run_dir)
-    return RecordedRun(run_dir, traj, settings, prompts, notes)
+    return RecordedRun(run_dir, traj, settings, prompts, notes, granted)
+
+
+def _sandbox_dir(value: object) -> Optional[str]:
+    """A folder inside the sandbox as a run folder gives it: absolute, no "..", no control characters."""
+    if not isinstance(value, str) or not value.startswith("/") or len(value) > 4096:
+        return None
+    if any(ord(c) < 32 or c == "\x7f" for c in value) or ".." in value.split("/"):
+        return None
+    return value
+
+
+def _dirs_prompt(dirs: object, where: str) -> PromptConfig:
+    if not isinstance(dirs, dict) or not all(_sandbox_dir(dirs.get(k)) for k in SANDBOX_DIRS):
+        raise ReplayError(f"{where}: the sandbox folders ({', '.join(SANDBOX_DIRS)}) must be absolute paths "
+                          "without '..'")
+    return PromptConfig(system_prompt="", instance_prompt="", **{k: dirs[k] for k in SANDBOX_DIRS})
 
 
 def _prompts(traj: Trajectory, run_dir: Path) -> tuple[PromptConfig, list[str]]:
-    """The prompt config the run used, for its sandbox folders: the recorded file, a benchmark run's
-    task, else the default (said in a note when that is a guess)."""
+    """The sandbox folders the run used: as it recorded them, else (runs made before they were recorded)
+    the defaults, or a benchmark sample's task in its bench.json. A prompt-config file the run names on
+    the host is never read: a run folder does not choose what insandbox reads."""
+    if "sandbox_dirs" in traj.task:
+        return _dirs_prompt(traj.task["sandbox_dirs"], "trajectory.json task.sandbox_dirs"), []
     source = str(traj.task.get("prompt_config") or "default")
-    if source == "default":
-        return load_prompt_config(), []
-    if Path(source).is_file():
-        try:
-            return load_prompt_config(source), []
-        except (OSError, ValueError):
-            pass
-    bench_config = run_dir.parent.parent.parent.parent / "bench.json"  # <bench>/samples/<mode>/<id>/r<k>
-    if bench_config.is_file():
-        try:
-            task = json.loads(bench_config.read_text(encoding="utf-8")).get("task") or {}
-            return PromptConfig.model_validate({"instance_prompt": "", "system_prompt": "", **task}), []
-        except (OSError, ValueError):
-            pass
     default = load_prompt_config()
-    return default, [f"the run's prompt config ({source}) is not available: the sandbox folders are taken to be "
+    if source == "default":
+        return default, []
+    where = Path(os.path.abspath(run_dir))  # <bench>/samples/<mode>/<id>/r<k>: the folders the user named
+    if len(where.parents) > 3 and where.parents[2].name == "samples":
+        try:  # a link or a FIFO there is refused (UnsafeRunFolder), a missing or unreadable file is no help
+            raw = read_file(where.parents[3], "bench.json", SMALL_FILE_MAX_BYTES, follow_root=True)
+            task = json.loads(raw).get("task") or {}
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+            task = None
+        if isinstance(task, dict):
+            return _dirs_prompt({k: task.get(k, getattr(default, k)) for k in SANDBOX_DIRS}, "bench.json task"), []
+    return default, [f"the run's prompt config ({source}) is not read: the sandbox folders are taken to be "
                      f"{default.working_dir}, {default.input_dir} and {default.output_dir}"]
 
 
@@ -229,9 +259,10 @@ class Replayer:
 
 async def replay_run(run_dir: Path, until: Optional[int] = None, ignore: Iterable[str] = (),
                      input_dir: Optional[Path] = None, image: Optional[str] = None,
-                     on_call: Optional[OnCall] = None) -> ReplayReport:
-    """Replay a run folder and remove the sandbox: the whole check in one call."""
-    replayer = Replayer(load_recorded(run_dir, image), ignore, input_dir)
+                     on_call: Optional[OnCall] = None, sandbox: Optional[dict] = None) -> ReplayReport:
+    """Replay a run folder and remove the sandbox: the whole check in one call. `sandbox`: settings the
+    caller grants beyond the defaults (load_recorded's `given`)."""
+    replayer = Replayer(load_recorded(run_dir, image, given=sandbox), ignore, input_dir)
     try:
         return await replayer.replay(until, on_call)
     finally:

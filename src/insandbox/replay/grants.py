@@ -1,0 +1,112 @@
+"""What a recorded run may ask of this machine: nothing beyond the defaults unless the user says so.
+
+A run folder records the sandbox settings it ran with, and replay and fork start their sandboxes
+with them. Whoever wrote the folder could have written anything there, so a recorded setting that
+gives the sandbox more than `insandbox run` gives it by default (another network than bridge, none
+or registries, capabilities, a runtime, another image, higher or no resource and copy-back limits)
+is refused unless the command line gives that option itself; what the command line gives is used
+and shown. A recorded setting at or under the default is used as recorded.
+
+The recorded model server is checked the same way: a fork sends the conversation, and the API key
+from the environment, only to a server on this machine unless --base-url says where.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Optional
+from urllib.parse import urlparse
+
+from ..config import DEFAULT_IMAGE, RunConfig, parse_size
+from .safe_files import UnsafeRunFolder
+
+SAFE_NETWORKS = ("bridge", "none", "registries")
+
+
+def _size_text(n: Optional[int]) -> str:
+    """Bytes as the command line takes them (4g, 512m, none)."""
+    if n is None:
+        return "none"
+    for unit, scale in (("g", 1024 ** 3), ("m", 1024 ** 2), ("k", 1024)):
+        if n and n % scale == 0:
+            return f"{n // scale}{unit}"
+    return str(n)
+
+
+def _over(limit: Optional[float], default: Optional[float]) -> bool:
+    """A limit looser than the default (None: no limit at all)."""
+    return limit is None or (default is not None and limit > default)
+
+
+def _mem(v: Optional[str]) -> Optional[int]:
+    return None if v is None else parse_size(v)
+
+
+_D = RunConfig()
+# setting -> (does this value ask for more than the default?, the option that gives it)
+CHECKED: dict[str, tuple[Callable[[Any], bool], Callable[[Any], str]]] = {
+    "image": (lambda v: v != DEFAULT_IMAGE, lambda v: f"--image {v}"),
+    "network": (lambda v: v not in SAFE_NETWORKS, lambda v: f"--network {v}"),
+    "cap_add": (lambda v: bool(v), lambda v: " ".join(f"--cap-add {c}" for c in (v if isinstance(v, list) else [v]))),
+    "runtime": (lambda v: v is not None, lambda v: f"--runtime {v}"),
+    "memory": (lambda v: _over(_mem(v), _mem(_D.memory)), lambda v: f"--memory {v or 'none'}"),
+    "cpus": (lambda v: _over(v, _D.cpus), lambda v: f"--cpus {v or 0}"),
+    "pids_limit": (lambda v: _over(v, _D.pids_limit), lambda v: f"--pids-limit {v or 0}"),
+    "disk": (lambda v: _over(_mem(v), _mem(_D.disk)), lambda v: f"--disk {v or 'none'}"),
+    "output_max_file_bytes": (lambda v: _over(v, _D.output_max_file_bytes),
+                              lambda v: f"--max-output-file-size {_size_text(v)}"),
+    "output_max_bytes": (lambda v: _over(v, _D.output_max_bytes), lambda v: f"--max-output-size {_size_text(v)}"),
+    "output_max_files": (lambda v: _over(v, _D.output_max_files), lambda v: f"--max-output-files {v or 0}"),
+}
+# recorded settings taken over as they are: they act inside the sandbox or on the model's replies only
+AS_RECORDED = ("timeout_per_command", "output_limit", "env", "max_steps", "token_budget", "time_limit",
+               "stuck_after", "provider", "model", "base_url", "temperature", "max_tokens", "extra_body",
+               "max_retries", "request_timeout", "send_reasoning", "tool_choice", "tool_format", "stream",
+               "stall_timeout", "logprobs", "top_logprobs", "thinking_budget", "prompt_caching")
+
+
+def sandbox_settings(config: dict, given: Optional[dict] = None) -> tuple[dict, list[str]]:
+    """The settings a replay or fork takes from a recorded `config`, with the command line's sandbox
+    settings (`given`: RunConfig fields, only those given; None is "no limit") laid over them, and the options shown as
+    granted from the command line. Every other recorded key is dropped: host paths (input and output
+    folders, prompt config, GGUF, prices, runs root), the backend, the embedded server's context.
+    UnsafeRunFolder (one line) when the record asks for more than the defaults and `given` does not."""
+    given = {k: v for k, v in (given or {}).items() if k in CHECKED}  # present: given (None: no limit)
+    out = {k: config[k] for k in AS_RECORDED if k in config}
+    asked = []
+    for key, (more, option) in CHECKED.items():
+        if key in given:
+            out[key] = given[key]
+        elif key in config:
+            try:
+                if more(config[key]):
+                    asked.append(option(config[key]))
+                    continue
+            except (TypeError, ValueError):  # not even a value of the right kind: validation says what
+                pass
+            out[key] = config[key]
+    if asked:
+        raise UnsafeRunFolder(f"the run folder asks for {' '.join(asked)}; a run folder grants nothing by itself: "
+                              "pass the same options to grant them (or others to replace them)")
+    granted = [option(given[k]) for k, (more, option) in CHECKED.items() if k in given and more(given[k])]
+    return out, granted
+
+
+def _local_url(url: str) -> bool:
+    from ..models.openai_compat import is_loopback
+
+    p = urlparse(url)
+    return p.scheme in ("http", "https") and "@" not in p.netloc and "***" not in url and is_loopback(url)
+
+
+def check_model_server(recorded_base_url: Optional[str], overrides: dict) -> None:
+    """A fork without --base-url goes to the recorded server: only when that is this machine's (the
+    embedded model, a loopback address), never one a run folder names elsewhere, nor one whose
+    credentials were recorded (or redacted)."""
+    if overrides.get("base_url") is not None or overrides.get("gguf") is not None:
+        return
+    url = recorded_base_url
+    if url is None or url == "embedded" or (isinstance(url, str) and _local_url(url)):
+        return
+    raise UnsafeRunFolder(f"the run used the model server {url!r}, which is not on this machine (or carries "
+                          "credentials): a fork sends the conversation and your API key only where --base-url says; "
+                          "pass --base-url")
