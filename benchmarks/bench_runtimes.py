@@ -3,7 +3,8 @@
     .venv/bin/python benchmarks/bench_runtimes.py [--rounds 20]
 
 Rows: runc as insandbox runs it by default (capabilities dropped, no-new-privileges, a 10 GB disk
-of its own), the same without the disk limit, gVisor (`runsc`) when the engine has it, and the
+of its own, the default bridge with the sandbox's own packet filter), the same without the disk
+limit, with `--network none` and with `--network registries`, gVisor (`runsc`) when the engine has it, and the
 user-namespaced engine of scripts/userns_engine.sh when it runs. Each row runs in its own process
 (the engine connection is per process). Rows that cannot run say why.
 """
@@ -69,7 +70,9 @@ def main() -> None:
         print(json.dumps(asyncio.run(measure(*json.loads(a.one)))))
         return
     rows = [row("runc, default limits (caps, no-new-privileges, 10 GB disk)", a.rounds, a.image),
-            row("runc, no disk limit (--disk none)", a.rounds, a.image, disk="")]
+            row("runc, no disk limit (--disk none)", a.rounds, a.image, disk=""),
+            row("runc, --network none", a.rounds, a.image, network="none"),
+            row("runc, --network registries", a.rounds, a.image, network="registries")]
     if engine_has("runsc"):
         rows.append(row("gVisor (--runtime runsc)", a.rounds, a.image, runtime="runsc"))
     else:

@@ -102,6 +102,7 @@ async def measure(concurrency: int, n: int, latency: float, calls: int, work: Pa
               if drain - ramp_end > latency * calls else None)
     return {"steady_per_min": steady, "ramp_s": ramp_end - min(r["started_at"] for r in recs),
             "started": pooled.get("started", len(recs)), "recycled": pooled.get("recycled", 0),
+            "discarded": pooled.get("recycle_failures", 0),
             "concurrency": concurrency, "samples": len(recs), "correct": len(ok),
             "errors": sum(1 for r in recs if r.get("error")), "wall_s": wall,
             "per_min": len(recs) / wall * 60, "ideal_per_min": ideal,
@@ -120,11 +121,12 @@ async def main(a: argparse.Namespace) -> None:
     print(f"\nscripted model: {a.latency:g} s per call, {a.calls} calls per sample, {a.waves} waves; {how}\n")
     print(f"{'concurrency':>11} {'samples':>8} {'errors':>7} {'wall s':>7} {'samples/min':>12} {'ideal/min':>10} "
           f"{'of ideal':>9} {'sample p50 s':>13} {'overhead/sample s':>18} {'containers':>11} {'recycled':>9} "
-          f"{'ramp s':>7} {'steady/min':>11} {'steady of ideal':>16}")
+          f"{'discarded':>10} {'ramp s':>7} {'steady/min':>11} {'steady of ideal':>16}")
     for r in rows:
         print(f"{r['concurrency']:>11} {r['samples']:>8} {r['errors']:>7} {r['wall_s']:>7.1f} {r['per_min']:>12.1f} "
               f"{r['ideal_per_min']:>10.1f} {r['per_min'] / r['ideal_per_min']:>9.0%} {r['sample_wall_p50']:>13.1f} "
-              f"{r['overhead_per_sample_s']:>18.2f} {r['started']:>11} {r['recycled']:>9} {r['ramp_s']:>7.1f} "
+              f"{r['overhead_per_sample_s']:>18.2f} {r['started']:>11} {r['recycled']:>9} {r['discarded']:>10} "
+              f"{r['ramp_s']:>7.1f} "
               + (f"{r['steady_per_min']:>11.1f} {r['steady_per_min'] / r['ideal_per_min']:>16.0%}"
                  if r['steady_per_min'] else f"{'-':>11} {'-':>16}"))
 

@@ -357,3 +357,32 @@ def test_replies_without_tool_calls_get_a_hint_about_the_tool_format(scripted, r
                             image=docker_image, max_steps=4))
     notes = [[n for n in s.notes if n.startswith("hint:")] for s in result.trajectory.steps]
     assert notes[:2] == [[], []] and "--tool-format text" in notes[2][0] and notes[3] == []
+
+
+def test_an_output_folder_prepared_with_links_is_never_written_through(scripted, run_async, tmp_path, docker_image):
+    """--output-dir names a folder someone else prepared: links where the run writes its files, its
+    answer and its trajectory's temporary file. Nothing is written through them."""
+    bait = tmp_path / "bait"
+    bait.mkdir()
+    for name in ("out.txt", "answer", "traj", "deep"):
+        (bait / name).write_text("host file\n")
+    out = tmp_path / "run"
+    (out / "files" / "sub").mkdir(parents=True)
+    (out / "files" / "out.txt").symlink_to(bait / "out.txt")
+    (out / "files" / "linked").symlink_to(bait, target_is_directory=True)
+    (out / "answer.txt").symlink_to(bait / "answer")
+    (out / "trajectory.json.tmp").symlink_to(bait / "traj")
+    srv = scripted({"turns": [
+        bash("mkdir -p /testbed/output/linked && echo pwned > /testbed/output/out.txt && "
+             "echo pwned > /testbed/output/linked/deep && echo pwned > /testbed/answer.txt"),
+        {"tool": "submit"}]})
+    for name in ("trajectory.json.tmp", "answer.txt"):  # the run's own files: refused before anything starts
+        with pytest.raises(ConfigError, match=f"{name} there is a symbolic link"):
+            run_async(arun("x", model="scripted", base_url=srv.url, output_dir=out, image=docker_image, max_steps=5))
+        (out / name).unlink()
+    # links inside files/ (the sandbox's outputs land there): each such output is skipped, not written through
+    result = run_async(arun("x", model="scripted", base_url=srv.url, output_dir=out, image=docker_image,
+                            max_steps=5))
+    assert all((bait / name).read_text() == "host file\n" for name in ("out.txt", "answer", "traj", "deep"))
+    skipped = {s.path for s in result.trajectory.output_skipped}
+    assert {"/testbed/output/out.txt", "/testbed/output/linked/deep"} <= skipped, skipped

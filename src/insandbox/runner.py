@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Protocol
 
+from . import hostfiles
 from .agent import run_episode, run_llm_once
 from .config import ConfigError, RunConfig, validated
 from .env import SandboxEnv, Task
@@ -196,6 +197,8 @@ async def arun(query: str, config: Optional[RunConfig] = None, *, observer: Opti
     prompts = prompts or prompts_of(cfg)
     table = None if price else load_prices(cfg.prices)  # before anything is created: a bad price file stops here
     task = Task(prompt=query, id=task_id, input_dir=cfg.input_dir, input_files=dict(input_files or {}))
+    if cfg.output_dir:
+        check_output_folder(Path(cfg.output_dir))
     if cfg.mode == "sandbox" and not prepared:
         await prepare_sandbox(cfg, observer)
     client = model_client or await make_model_client(cfg)
@@ -242,12 +245,24 @@ async def arun(query: str, config: Optional[RunConfig] = None, *, observer: Opti
         traj.finished_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
         result.answer = traj.answer
         if traj.answer is not None:
-            (run_dir / "answer.txt").write_text(traj.answer, encoding="utf-8", errors="replace")
+            hostfiles.write_text(run_dir / "answer.txt", traj.answer, errors="replace")
         save()
         observer.on_end(result)
     if cancelled:
         raise asyncio.CancelledError()
     return result
+
+
+RUN_FILES = ("trajectory.json", "trajectory.json.tmp", "answer.txt", "files", "inputs")  # what a run writes
+
+
+def check_output_folder(run_dir: Path) -> None:
+    """An existing output folder may have been prepared by someone else: a link where the run writes
+    would make it write elsewhere on this machine. Refused before anything starts."""
+    for name in RUN_FILES:
+        if (run_dir / name).is_symlink():
+            raise ConfigError(f"--output-dir {run_dir}: {name} there is a symbolic link; insandbox does not write "
+                              "through links (remove it, or give another folder)")
 
 
 def _inputs_record(task: Task, run_dir: Path, keep: bool) -> dict:

@@ -28,6 +28,7 @@ from typing import Any, Optional
 from pydantic import BaseModel, Field
 from pydantic_core import PydanticSerializationError
 
+from . import hostfiles
 from .episode import ExitReason
 from .pricing import Price
 
@@ -175,7 +176,7 @@ class Trajectory(BaseModel):
         """Write atomically, so a reader (or a killed run) never sees half a file."""
         path = Path(path)
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(self.to_json(), encoding="utf-8")
+        hostfiles.write_text(tmp, self.to_json())  # never through a link someone left there
         os.replace(tmp, path)
 
     @classmethod

@@ -19,6 +19,8 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
+from .. import hostfiles
+
 RESULTS = "results.jsonl"
 
 
@@ -62,7 +64,7 @@ class ResultStore:
             self._replace(record)
             return
         data = _line(record).encode("utf-8")
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = hostfiles.open_for_writing(self.path, append=True)
         try:
             size = os.fstat(fd).st_size
             try:
@@ -112,7 +114,7 @@ def write_atomic(path: Path, text: str, suffix: str = ".tmp") -> None:
     temporary file behind when the write failed)."""
     partial = path.with_name(path.name + suffix)
     try:
-        with open(partial, "w", encoding="utf-8") as f:
+        with os.fdopen(hostfiles.open_for_writing(partial), "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())

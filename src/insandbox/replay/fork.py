@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from .. import hostfiles
 from ..agent import continue_episode
 from ..config import RunConfig, refuse_redacted
 from ..pricing import load_prices
@@ -182,6 +183,6 @@ async def _branch(i: int, env, client, cfg: RunConfig, recorded: RecordedRun, st
         traj.finished_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
         result.answer = traj.answer
         if traj.answer is not None:
-            (run_dir / "answer.txt").write_text(traj.answer, encoding="utf-8", errors="replace")
+            hostfiles.write_text(run_dir / "answer.txt", traj.answer, errors="replace")
         save()
     return result

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, Optional
 
+from .. import hostfiles
 from .base import BLOCK_DEVICE, CHAR_DEVICE, DIRECTORY, FIFO, FILE, SYMLINK
 from .copyback import CopyBudget, Entry, host_path, link_or_copy
 
@@ -103,7 +104,7 @@ class IterReader(io.RawIOBase):
 def _write_member(tar: tarfile.TarFile, member: tarfile.TarInfo, target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     src = tar.extractfile(member)
-    with open(target, "wb") as f:
+    with os.fdopen(hostfiles.open_for_writing(target), "wb") as f:
         if src is not None:
             shutil.copyfileobj(src, f, 1 << 20)
     os.chmod(target, (member.mode & 0o777) | 0o600)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from .. import hostfiles
 from .base import DIRECTORY, FILE, SYMLINK, CopyLimits, Skipped
 
 
@@ -98,7 +99,7 @@ def host_path(dest: Path, rel: str) -> Optional[Path]:
         return None
     target = dest.joinpath(*parts)
     # the folders on the way were made by us, but a folder given as dest may hold anything
-    if not target.parent.resolve().is_relative_to(dest.resolve()):
+    if not hostfiles.no_link_on_the_way(dest, target) or not target.parent.resolve().is_relative_to(dest.resolve()):
         return None
     return target
 

@@ -26,6 +26,7 @@ import uuid
 from pathlib import Path
 from typing import ClassVar, Optional
 
+from .. import hostfiles
 from . import admission, archive, engine, etc_files, limits, netfilter
 from .base import (
     BLOCK_DEVICE,
@@ -301,7 +302,8 @@ class DockerSandbox:
             self.channel = await Channel.attach(engine.docker_host(), api.api_version, self.container_id, self.name)
             await engine.call(api.start, self.container_id)
             t2 = time.perf_counter()
-            self._inspect = await engine.call(api.inspect_container, self.container_id)
+            if self.spec.recyclable or lim.network in ("bridge", REGISTRIES):  # what they need to know
+                self._inspect = await engine.call(api.inspect_container, self.container_id)
             await self._keep_apart()
             self.server_info = await self.channel.handshake(server_source())
         except docker.errors.APIError as e:
@@ -718,7 +720,7 @@ class DockerSandbox:
                     budget.skip(e.path, f"not copied: {item['error']}", e.size)
                     continue
                 target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(base64.b64decode(item["data"]))
+                hostfiles.write_bytes(target, base64.b64decode(item["data"]))
                 written.append(e.path)
         for e, target in big:
             why = await self._fetch_one(f"{root}/{e.path}", target, budget.limits.max_file_bytes)

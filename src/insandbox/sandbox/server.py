@@ -348,6 +348,8 @@ def put_setting(key, want):
 def put_settings_back(baseline):
     """Put back what changed since `baseline`; returns what could not be (as text)."""
     now = own_settings()
+    if now == baseline:
+        return []
     for key, want in baseline.items():
         if now.get(key) != want:
             try:
@@ -487,6 +489,8 @@ class Mounts(object):
             problems.append("the container's mounts changed")
         for point, (inner, tree) in self.trees.items():
             now = self.snapshot(point, inner)
+            if now == tree:  # the usual case: the sample left it alone
+                continue
             for path in sorted(set(now) - set(tree), key=len, reverse=True):
                 remove_path(path)
             for path in sorted(tree, key=len):
