@@ -343,6 +343,7 @@ BENCH = "tests/bench/test_faults.py::"
 VIEWER = "tests/viewer/test_hostile.py::"
 ISOLATION = "tests/sandbox/test_isolation.py::"
 NETWORK = "tests/sandbox/test_network.py::"
+RUN_FOLDER = "tests/replay/test_run_folder_is_data.py::"
 TEST_ROWS: list[tuple[str, str, str]] = [  # (case, expected, pytest node id or file)
     ("PID 1: ptrace, /proc/1/mem, its pipes and environment", "denied to every process of the sandbox (the "
      "server is non-dumpable)", ISOLATION + "test_the_server_is_out_of_the_samples_reach"),
@@ -364,6 +365,20 @@ TEST_ROWS: list[tuple[str, str, str]] = [  # (case, expected, pytest node id or 
      "served", NETWORK + "test_one_sandbox_cannot_starve_the_registries_proxy"),
     ("a timed-out command's children forge the command marker", "all killed; earlier background jobs live on",
      ISOLATION + "test_a_timed_out_command_cannot_hide_its_processes"),
+    ("hostile run folder: input_dir names a host folder", "exit 2, one line, nothing read or started",
+     RUN_FOLDER + "test_a_host_folder_named_as_the_runs_input_dir_is_never_read"),
+    ("hostile run folder: inputs/ and trajectory.json as links", "exit 2, one line; no link followed",
+     RUN_FOLDER + "test_inputs_that_are_links_out_of_the_run_folder_are_not_followed"),
+    ("hostile run folder: network host, caps, runtime, image, no limits", "refused unless given on the command line "
+     "(then shown)", RUN_FOLDER + "test_host_network_and_capabilities_are_granted_only_on_the_command_line"),
+    ("hostile run folder: a fork's branch folder as a link", "exit 2; the host folder untouched",
+     RUN_FOLDER + "test_a_fork_never_writes_through_a_link_in_the_run_folder"),
+    ("hostile run folder: image ../../etc/passwd", "exit 2, one line, before anything starts",
+     RUN_FOLDER + "test_an_image_name_that_is_not_one_is_refused_before_anything_starts"),
+    ("an --output-dir prepared with links", "refused before anything starts; outputs never written through links",
+     "tests/test_agent.py::test_an_output_folder_prepared_with_links_is_never_written_through"),
+    ("a key in --base-url or --extra-body", "sent to the server, stored and printed nowhere",
+     "tests/test_credentials.py::test_a_run_sends_the_credentials_and_stores_and_prints_none"),
     ("model server: a 5xx storm", "retried with backoff; the run completes",
      MODEL + "test_a_run_rides_out_a_5xx_storm"),
     ("model server: permanent 5xx", "a clear error naming the tries; run ends model_error, record kept",
