@@ -94,7 +94,7 @@ async def _loop(env: SandboxEnv, model: ModelClient, starting: asyncio.Future, t
             await asyncio.gather(starting, return_exceptions=True)  # let it remove what it created
         elif not starting.cancelled() and starting.exception() is not None:
             episode.end_on_error(starting.exception())
-        traj.end(episode.exit_reason, episode.exit_detail)
+        traj.end(episode.exit_reason, episode.exit_detail, episode.exit_cause)
 
 
 async def _ask(model: ModelClient, messages: list[dict], tools: Optional[list[dict]], episode: Episode,
@@ -139,7 +139,7 @@ async def run_llm_once(model: ModelClient, task: Task, prompts: PromptConfig, tr
         if on_step:
             on_step(step, traj)
         episode.end(ExitReason.COMPLETED)
-    traj.end(episode.exit_reason, episode.exit_detail)
+    traj.end(episode.exit_reason, episode.exit_detail, episode.exit_cause)
     return None if reply is None else reply.content or ""
 
 

@@ -65,6 +65,7 @@ class Episode:
         self.tokens = 0
         self.exit_reason: Optional[ExitReason] = None
         self.exit_detail: Optional[str] = None
+        self.exit_cause: Optional[str] = None  # for a failure: "sandbox" (its own processes) or "infrastructure"
         self._last_step: Optional[Hashable] = None
         self._repeats = 0
 
@@ -86,9 +87,10 @@ class Episode:
             return None
         return max(self.limits.time_limit - (time.monotonic() - self.started), 0.0)
 
-    def end(self, reason: ExitReason, detail: Optional[str] = None) -> None:
+    def end(self, reason: ExitReason, detail: Optional[str] = None, cause: Optional[str] = None) -> None:
         if self.exit_reason is None:
             self.exit_reason, self.exit_detail = ExitReason(reason), detail
+            self.exit_cause = cause or ("infrastructure" if self.exit_reason.is_failure else None)
 
     def after_step(self, tokens: int = 0, submitted: bool = False, signature: Optional[Hashable] = None) -> None:
         """Count a finished step and end the episode if it submitted or reached a limit."""
@@ -118,7 +120,7 @@ class Episode:
     def end_on_error(self, error: BaseException) -> ExitReason:
         """Map a failure to its exit reason (and end the episode with it)."""
         from .models.base import ContextLengthError, ModelError
-        from .sandbox.base import SandboxError, SetupError
+        from .sandbox.base import SandboxBrokenByItself, SandboxError, SetupError
 
         if isinstance(error, ContextLengthError):
             reason = ExitReason.CONTEXT_LENGTH
@@ -138,5 +140,5 @@ class Episode:
             detail = f"insandbox failed{at} (please report it): {type(error).__name__}: {error}"
         else:
             detail = str(error)
-        self.end(reason, detail)
+        self.end(reason, detail, "sandbox" if isinstance(error, SandboxBrokenByItself) else None)
         return reason

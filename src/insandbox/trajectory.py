@@ -123,6 +123,7 @@ class Trajectory(BaseModel):
     failed_requests: list[FailedRequest] = Field(default_factory=list)
     exit_reason: Optional[ExitReason] = None
     exit_detail: Optional[str] = None
+    exit_cause: Optional[str] = None  # a failure's: "sandbox" (what ran in it broke it) or "infrastructure"
     submitted: bool = False
     answer: Optional[str] = None
     output_files: list[str] = Field(default_factory=list)
@@ -156,8 +157,8 @@ class Trajectory(BaseModel):
         self.totals.failed_requests += 1
         self.totals.model_time_s += failed.latency_s
 
-    def end(self, reason: Optional[ExitReason], detail: Optional[str] = None) -> None:
-        self.exit_reason, self.exit_detail = reason, detail
+    def end(self, reason: Optional[ExitReason], detail: Optional[str] = None, cause: Optional[str] = None) -> None:
+        self.exit_reason, self.exit_detail, self.exit_cause = reason, detail, cause
         self.submitted = reason is ExitReason.SUBMITTED
 
     def note(self, text: str) -> None:

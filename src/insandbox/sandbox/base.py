@@ -7,7 +7,9 @@ layer (tools, environment, agent, runner, CLI) only talks to this protocol.
 
 Two kinds of failure, never mixed:
 - `SandboxError`: the sandbox itself is broken (engine gone, container dead, channel
-  broken). Never the model's fault; it ends the episode as `sandbox_error`.
+  broken); it ends the episode as `sandbox_error`. The infrastructure's fault, except
+  `SandboxBrokenByItself`: what the sandbox's own processes did killed it (the kernel killed
+  the container for its memory limit), which is the model's doing.
 - `OperationError`: one operation failed and the sandbox is fine (a missing file, a FIFO
   where a file was expected, a path the server cannot open). Usually the model's doing;
   the tools turn it into an error message the model reads, and the episode goes on.
@@ -23,6 +25,11 @@ from typing import ClassVar, Optional, Protocol, runtime_checkable
 class SandboxError(RuntimeError):
     """The sandbox itself failed (engine unreachable, container died, channel broke):
     an infrastructure error, never the model's fault."""
+
+
+class SandboxBrokenByItself(SandboxError):
+    """The sandbox died of what its own processes did (its memory limit killed the container,
+    its server with it): still `sandbox_error`, but the model's doing (Episode.exit_cause "sandbox")."""
 
 
 class OperationError(Exception):

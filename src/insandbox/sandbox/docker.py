@@ -44,6 +44,7 @@ from .base import (
     Leftover,
     OperationError,
     Progress,
+    SandboxBrokenByItself,
     SandboxError,
     SandboxFileError,
     SandboxSpec,
@@ -496,18 +497,19 @@ class DockerSandbox:
 
         return await snapshot.take(self)
 
-    async def _dead_reason(self) -> str:
-        """Why the container stopped, from the engine (OOM kill, exit code)."""
+    async def _dead_reason(self) -> tuple[str, bool]:
+        """Why the container stopped, from the engine, and whether its own processes did it: the
+        kernel killed it for its memory limit (the sandbox's memory; the server uses little of it)."""
         try:
             info = await engine.call(engine.api().inspect_container, self.container_id)
         except Exception:
-            return "the container no longer exists"
+            return "the container no longer exists", False
         state = info.get("State", {})
         if state.get("OOMKilled"):
-            return "the container was killed for exceeding its memory limit"
+            return "the container was killed for exceeding its memory limit, by what ran in it", True
         if not state.get("Running"):
-            return f"the container stopped (exit code {state.get('ExitCode')})"
-        return "the container's server stopped answering"
+            return f"the container stopped (exit code {state.get('ExitCode')})", False
+        return "the container's server stopped answering", False
 
     def _channel_alive(self) -> bool:
         return self.channel is not None and not self.channel.closed_reason
@@ -523,7 +525,8 @@ class DockerSandbox:
             return await self.channel.request(op, wait_s, **fields)
         except SandboxError as e:
             if self.channel.closed_reason:
-                raise SandboxError(f"{e} ({await self._dead_reason()})") from None
+                why, by_itself = await self._dead_reason()
+                raise (SandboxBrokenByItself if by_itself else SandboxError)(f"{e} ({why})") from None
             raise
 
     # ------------------------------------------------------------------ commands

@@ -136,6 +136,7 @@ class Rollouts:
         rec = state.record
         rec.exit_reason = state.episode.exit_reason.value if state.episode.exit_reason else None
         rec.exit_detail = state.episode.exit_detail
+        rec.exit_cause = state.episode.exit_cause
         failed = state.episode.exit_reason is not None and state.episode.exit_reason.is_failure
         t_reward = time.perf_counter()
         outcome = Outcome(answer=state.answer, exit_reason=rec.exit_reason or "", truncated=rec.truncated)
@@ -155,7 +156,7 @@ class Rollouts:
         rec.timings.update(generate_s=state.generate_s, env_s=state.env_s,
                            reward_s=time.perf_counter() - t_reward, wall_s=time.perf_counter() - t0)
         traj = state.trajectory
-        traj.end(state.episode.exit_reason, state.episode.exit_detail)
+        traj.end(state.episode.exit_reason, state.episode.exit_detail, state.episode.exit_cause)
         traj.answer = state.answer
         traj.output_skipped = [SkippedOutput(path=s.path, reason=s.reason, size=s.size) for s in state.skipped]
         traj.totals.wall_time_s = rec.timings["wall_s"]

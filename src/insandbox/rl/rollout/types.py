@@ -59,6 +59,7 @@ class RolloutRecord(BaseModel):
     reward_detail: dict[str, Any] = Field(default_factory=dict)
     exit_reason: Optional[str] = None
     exit_detail: Optional[str] = None
+    exit_cause: Optional[str] = None  # a failure's: "sandbox" (its own processes broke it) or "infrastructure"
     truncated: bool = False  # the response ran out of tokens
     num_turns: int = 0  # model turns
     tool_calls: int = 0
