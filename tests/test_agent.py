@@ -224,6 +224,7 @@ def test_a_sandbox_killed_for_memory_ends_the_run_as_sandbox_error_with_its_outp
                             memory="256m"))
     t = result.trajectory
     assert t.exit_reason == "sandbox_error" and "memory limit" in t.exit_detail, t.exit_detail
+    assert t.exit_cause == "sandbox"  # the model's doing, not the infrastructure's (RL rewards read it)
     assert result.files == ["part.txt"] and (tmp_path / "files/part.txt").read_text() == "kept\n"
     assert _no_containers_left(t)
 
