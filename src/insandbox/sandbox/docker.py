@@ -329,7 +329,14 @@ class DockerSandbox:
         from .proxy import PORT
 
         where = netfilter.placement(self._inspect, (self._proxy[0], PORT) if self._proxy else None)
-        await asyncio.to_thread(netfilter.apply, where, rules(where))
+        try:
+            await asyncio.to_thread(netfilter.apply, where, rules(where))
+        except SandboxError:
+            why, by_itself = await self._dead_reason()
+            if "stopped" in why or "no longer exists" in why or by_itself:  # killed meanwhile, not the rules' fault
+                raise (SandboxBrokenByItself if by_itself else SandboxError)(f"sandbox {self.name} is gone: {why}") \
+                    from None
+            raise
         address = netfilter.own_address(self._inspect)
         if address:
             text = etc_files.contents(net, True, self._proxy, address)["hosts"]
