@@ -107,6 +107,8 @@ def check_model_server(recorded_base_url: Optional[str], overrides: dict) -> Non
     url = recorded_base_url
     if url is None or url == "embedded" or (isinstance(url, str) and _local_url(url)):
         return
+    if isinstance(url, str) and "***" in url:
+        return  # a credential was redacted: the fork asks for it again, saying so (config.refuse_redacted)
     raise UnsafeRunFolder(f"the run used the model server {url!r}, which is not on this machine (or carries "
                           "credentials): a fork sends the conversation and your API key only where --base-url says; "
                           "pass --base-url")

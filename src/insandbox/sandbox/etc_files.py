@@ -33,8 +33,13 @@ LOOPBACK_HOSTS = ("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopba
 
 
 def root() -> Path:
-    """Where the sandboxes' folders live on this host (one per user of the engine)."""
-    return Path(os.environ.get("INSANDBOX_ETC_DIR") or Path(tempfile.gettempdir()) / f"insandbox-{os.getuid()}-etc")
+    """Where the sandboxes' folders live on this host: /run (memory, emptied at boot) for root, else the
+    temporary folder, one per user."""
+    if os.environ.get("INSANDBOX_ETC_DIR"):
+        return Path(os.environ["INSANDBOX_ETC_DIR"])
+    if os.geteuid() == 0 and os.path.isdir("/run"):
+        return Path("/run/insandbox/sandboxes")
+    return Path(tempfile.gettempdir()) / f"insandbox-{os.getuid()}-etc"
 
 
 def _read(path: str) -> str:
