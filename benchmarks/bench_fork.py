@@ -26,7 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from insandbox.sandbox import SandboxSpec, create_sandbox, engine
+from insandbox.sandbox import SandboxSpec, create_sandbox
+from insandbox.sandbox.docker import engine
 
 FILL_100MB = "mkdir -p /testbed/data && for i in $(seq 100); do head -c 1048576 /dev/urandom > /testbed/data/f$i; done"
 FILL_EMPTY = "echo hello > /testbed/note.txt"

@@ -16,7 +16,8 @@ import asyncio
 import statistics
 import time
 
-from insandbox.sandbox import SandboxLimits, SandboxSpec, create_sandbox, engine, proxy
+from insandbox.sandbox import SandboxLimits, SandboxSpec, create_sandbox
+from insandbox.sandbox.docker import engine, proxy
 
 INSTALLS = {
     "pip install six (1 wheel, 11 kB)": "pip install -q --no-cache-dir --no-deps --target /tmp/t{n} six",

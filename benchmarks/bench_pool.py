@@ -18,7 +18,8 @@ import asyncio
 import statistics
 import time
 
-from insandbox.sandbox import SandboxSpec, create_sandbox, engine
+from insandbox.sandbox import SandboxSpec, create_sandbox
+from insandbox.sandbox.docker import engine
 from insandbox.sandbox.pool import SandboxPool
 
 MESS = "echo x > /testbed/f; mkdir -p /root/junk; export A=1; cd /tmp; nohup sleep 300 >/dev/null 2>&1 &"

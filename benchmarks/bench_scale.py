@@ -27,8 +27,8 @@ import time
 import uuid
 from pathlib import Path
 
-from insandbox.sandbox import SandboxLimits, SandboxSpec, admission, create_sandbox, engine
-from insandbox.sandbox.docker import LABEL_RUN
+from insandbox.sandbox import SandboxLimits, SandboxSpec, admission, create_sandbox
+from insandbox.sandbox.docker import LABEL_RUN, engine
 
 MiB = 1 << 20
 STALL_S = 30.0  # no sandbox became ready for this long while starts wait: the gate holds them

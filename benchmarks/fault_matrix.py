@@ -86,7 +86,7 @@ async def capabilities():
 
 @case("fork bomb", "held at the pids limit (1024); the sandbox still answers; host unaffected")
 async def fork_bomb():
-    from insandbox.sandbox import engine
+    from insandbox.sandbox.docker import engine
 
     async with Sandbox() as sb:
         await sb.run(":(){ :|:& };: 2>/dev/null")

@@ -91,8 +91,7 @@ def insandbox_named(folder: Path) -> set[str]:
 
 def engine_counts() -> dict:
     """Docker objects labelled insandbox=1, and those of this process (its owner label)."""
-    from insandbox.sandbox import engine
-    from insandbox.sandbox.docker import LABEL, LABEL_OWNER, owner_label
+    from insandbox.sandbox.docker import LABEL, LABEL_OWNER, engine, owner_label
 
     api = engine.api()
     label, own = {"label": f"{LABEL}=1"}, {"label": f"{LABEL_OWNER}={owner_label()}"}

@@ -31,7 +31,7 @@ def pytest_collection_modifyitems(items):
 @pytest.fixture(scope="session")
 def docker_image() -> str:
     """The sandbox image, built if missing (scripts/setup.sh normally did it already)."""
-    from insandbox.sandbox import engine, image
+    from insandbox.sandbox.docker import engine, image
 
     engine.api().ping()
     if not image.image_exists(IMAGE):
@@ -59,7 +59,7 @@ def sandbox_factory(docker_image):
         return sb
 
     yield make
-    from insandbox.sandbox import engine, etc_files
+    from insandbox.sandbox.docker import engine, etc_files
 
     for sb in made:  # a test that failed half way must not leave containers (or their /etc files) behind
         try:

@@ -692,7 +692,7 @@ def image_build(
     from rich.console import Console
 
     from .sandbox import SandboxError
-    from .sandbox.image import build_image
+    from .sandbox.docker.image import build_image
 
     console = Console(highlight=False)
     try:
@@ -712,8 +712,8 @@ def image_build_proxy(
     from rich.console import Console
 
     from .sandbox import SandboxError
-    from .sandbox.image import image_info
-    from .sandbox.proxy import allowed_endpoints, build_image
+    from .sandbox.docker.image import image_info
+    from .sandbox.docker.proxy import allowed_endpoints, build_image
 
     console = Console(highlight=False)
     try:
@@ -730,7 +730,7 @@ def image_build_proxy(
 @image_app.command("status")
 def image_status(tag: Annotated[str, typer.Option(help="Image tag to look at.")] = "insandbox:latest") -> None:
     """Say whether the image exists and how big it is."""
-    from .sandbox.image import image_exists, image_info
+    from .sandbox.docker.image import image_exists, image_info
 
     if not image_exists(tag):
         _fail(f"{tag} does not exist; build it with `insandbox image build`", 1)

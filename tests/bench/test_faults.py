@@ -420,7 +420,7 @@ def test_an_engine_that_does_not_come_back_stops_the_run_and_resume_finishes(
     """The wait for the engine is bounded (engine_wait_s): past it the samples it cut off are recorded
     as errors, the run stops with how to resume, and `--resume` with the engine back runs them again."""
     from insandbox.sandbox import docker as backend
-    from insandbox.sandbox import engine
+    from insandbox.sandbox.docker import engine
 
     proxy = _EngineProxy(tmp_path / "engine.sock")
     srv = scripted(_script(sleep=1))

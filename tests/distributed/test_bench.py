@@ -11,8 +11,7 @@ import psutil
 
 from insandbox.bench.runner import BenchConfig, run_bench
 from insandbox.config import RunConfig
-from insandbox.sandbox import engine
-from insandbox.sandbox.docker import LABEL, LABEL_OWNER
+from insandbox.sandbox.docker import LABEL, LABEL_OWNER, engine
 from tests.helpers import cli
 
 TASK = "name: probe\nextends: _base\nscorer: exact\ninstance_prompt: |-\n  {problem_statement}\n"

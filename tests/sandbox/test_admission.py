@@ -10,8 +10,9 @@ import uuid
 
 import pytest
 
-from insandbox.sandbox import SandboxError, SandboxLimits, SandboxSpec, admission, create_sandbox, engine
+from insandbox.sandbox import SandboxError, SandboxLimits, SandboxSpec, admission, create_sandbox
 from insandbox.sandbox.admission import Gate, Thresholds
+from insandbox.sandbox.docker import engine
 from tests.helpers import containers_with_label
 
 QUICK = SandboxLimits(disk=None, memory="256m", cpus=1.0)  # admission does not depend on the disk limit

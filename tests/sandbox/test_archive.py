@@ -5,9 +5,9 @@ from __future__ import annotations
 import io
 import tarfile
 
-from insandbox.sandbox.archive import extract_streamed
 from insandbox.sandbox.base import CopyLimits
 from insandbox.sandbox.copyback import CopyBudget
+from insandbox.sandbox.docker.archive import extract_streamed
 
 
 def _tar(members: list[tuple[tarfile.TarInfo, bytes]]) -> list[bytes]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 import socket
 
-from insandbox.sandbox.cleanup import leftover_reason
 from insandbox.sandbox.docker import LABEL_OWNER, owner_label, process_start
+from insandbox.sandbox.docker.cleanup import leftover_reason
 
 
 def _c(state: str, owner: str) -> dict:

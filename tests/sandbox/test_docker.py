@@ -8,8 +8,8 @@ import subprocess
 
 import pytest
 
-from insandbox.sandbox import CopyLimits, SandboxError, SandboxLimits, engine
-from insandbox.sandbox.docker import LABEL, LABEL_OWNER, LABEL_RUN, owner_label
+from insandbox.sandbox import CopyLimits, SandboxError, SandboxLimits
+from insandbox.sandbox.docker import LABEL, LABEL_OWNER, LABEL_RUN, engine, owner_label
 
 pytestmark = pytest.mark.docker
 

@@ -1,7 +1,7 @@
 """The sandbox image has what the paper's tasks need, and pip works inside it."""
 from __future__ import annotations
 
-from insandbox.sandbox.image import host_ca_files
+from insandbox.sandbox.docker.image import host_ca_files
 
 
 def test_image_contents(sandbox_factory, run_async):

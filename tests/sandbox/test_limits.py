@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from insandbox.sandbox import SandboxLimits, SandboxSpec, engine, limits
+from insandbox.sandbox import SandboxLimits, SandboxSpec
 from insandbox.sandbox.base import SetupError
-from insandbox.sandbox.docker import DockerSandbox
+from insandbox.sandbox.docker import DockerSandbox, engine, limits
 
 pytestmark = pytest.mark.docker
 
@@ -72,7 +72,7 @@ def test_an_unknown_runtime_is_a_setup_error_naming_the_known_ones(docker_image,
 
 def test_an_engine_that_refuses_size_falls_back_to_a_filesystem_of_the_sandbox_own(monkeypatch):
     """overlay2 on XFS without pquota looks able at first and refuses size= at the first container."""
-    from insandbox.sandbox import disk
+    from insandbox.sandbox.docker import disk
 
     class Api:
         def info(self):

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from insandbox.sandbox import SandboxLimits, proxy
+from insandbox.sandbox import SandboxLimits
+from insandbox.sandbox.docker import proxy
 from tests.helpers import cli
 
 # connect to each "ip:port" given (all at once), say what happened, as JSON {target: "ok" | error}

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from insandbox.sandbox import SandboxSpec, engine
+from insandbox.sandbox import SandboxSpec
+from insandbox.sandbox.docker import engine
 from insandbox.sandbox.pool import SandboxPool
 from tests.helpers import containers_with_label
 

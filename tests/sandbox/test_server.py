@@ -1,7 +1,7 @@
 """Pure functions: schemas, argument parsing, text tool calls, output clipping, prompts, archives."""
 from __future__ import annotations
 
-from insandbox.sandbox.server import Collector
+from insandbox.sandbox.guest.server import Collector
 
 
 def test_collector_keeps_head_and_tail():

@@ -5,8 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from insandbox.sandbox import engine
-from insandbox.sandbox.snapshot import LABEL_SNAPSHOT
+from insandbox.sandbox.docker import engine
+from insandbox.sandbox.docker.snapshot import LABEL_SNAPSHOT
 from tests.helpers import cli
 
 STATE = ("mkdir -p /tmp/w && cd /tmp/w && export EXPORTED='a b' && PLAIN=1 && declare -a ARR=(x 'y z') && "

@@ -187,7 +187,7 @@ class Host:
     """Where the engine's processes and files are, found once (None: not visible from here)."""
 
     def __init__(self) -> None:
-        from . import engine
+        from .docker import engine
 
         self.local = engine.docker_host().startswith("unix://")
         self._pids: dict[str, Optional[str]] = {}
@@ -198,7 +198,7 @@ class Host:
 
     async def look(self) -> None:
         """Find the engine's processes' cgroups and its storage folder (once)."""
-        from . import engine
+        from .docker import engine
 
         if self.looked:
             return
@@ -241,7 +241,7 @@ class Host:
         """The Linux bridge behind a Docker bridge network, if it is on this machine."""
         if network in self._bridges:
             return self._bridges[network]
-        from . import engine
+        from .docker import engine
 
         bridge = None
         if self.local and network not in ("none", "host") and not network.startswith("container:"):

@@ -16,7 +16,7 @@ import struct
 from typing import Any, Optional
 from urllib.parse import urlparse
 
-from .base import SandboxError, ServerError
+from ..base import SandboxError, ServerError
 
 STREAM_LIMIT = 64 * 1024 * 1024  # a reply line can hold a big (already clipped) output
 

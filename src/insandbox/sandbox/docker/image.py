@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from ..base import SandboxError
 from . import engine
-from .base import SandboxError
 
 DEFAULT_TAG = "insandbox:latest"
 BASE_TAG = "insandbox-base:bookworm"

@@ -14,36 +14,9 @@ their owner is gone and no container uses them.
 """
 from __future__ import annotations
 
-import os
-import socket
-
+from ..base import Leftover
 from . import engine, etc_files, proxy
-from .base import Leftover
-from .docker import LABEL, LABEL_OWNER, LABEL_RUN, process_start
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def owner_gone(owner: str) -> str:
-    """Why the owner "<host>:<pid>[:<start>]" is known to be gone, or "" if it may be alive
-    (alive, on another host, or unknown)."""
-    parts = owner.split(":")
-    if len(parts) < 2 or parts[0] != socket.gethostname() or not parts[1].isdigit():
-        return ""
-    pid = int(parts[1])
-    if not _pid_alive(pid):
-        return f"owner process {pid} is gone"
-    if len(parts) > 2 and parts[2] and process_start(pid) != parts[2]:
-        return f"owner process {pid} is gone (the pid now belongs to another process)"
-    return ""
+from .labels import LABEL, LABEL_OWNER, LABEL_RUN, owner_gone
 
 
 def leftover_reason(container: dict, everything: bool) -> str:

@@ -15,9 +15,9 @@ from __future__ import annotations
 import threading
 from typing import Optional
 
+from ..base import SandboxLimits
+from ..guest.protocol import STATE_DIR
 from . import engine
-from .base import SandboxLimits
-from .server import STATE_DIR
 
 KEPT_CAPABILITIES = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "SETUID", "SETGID", "KILL")
 NO_NEW_PRIVILEGES = "no-new-privileges:true"
@@ -34,7 +34,7 @@ _image_size: dict[tuple[str, str], int] = {}
 
 
 def parse_size(text: str) -> int:
-    from ..config import parse_size as parse
+    from ...config import parse_size as parse
 
     return parse(text)
 

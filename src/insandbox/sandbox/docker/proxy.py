@@ -49,8 +49,8 @@ from pathlib import Path
 from typing import Optional
 from urllib.parse import urlsplit
 
+from ..base import Leftover, SandboxError, SetupError
 from . import engine
-from .base import Leftover, SandboxError, SetupError
 
 MODE = "registries"
 PORT = 8888

@@ -21,11 +21,15 @@ import asyncio
 import dataclasses
 import time
 import uuid
+from typing import TYPE_CHECKING
 
+from ..base import Leftover, SandboxError
+from ..guest.protocol import STATE_DIR
 from . import engine
-from .base import Leftover, SandboxError
-from .docker import LABEL_OWNER, DockerSandbox, owner_label
-from .server import STATE_DIR
+from .labels import LABEL_OWNER, owner_gone, owner_label
+
+if TYPE_CHECKING:
+    from .backend import DockerSandbox
 
 REPOSITORY = "insandbox-snapshot"
 LABEL_SNAPSHOT = "insandbox.snapshot"
@@ -50,6 +54,7 @@ class Snapshot:
     image: str  # the temporary image's id
     tag: str
     spec: object  # the SandboxSpec copies start with (the source's, with the snapshot's image)
+    sandbox_class: type  # what copies are (the source's class)
     shell_state: bytes
     cwd: str
     timings: dict = dataclasses.field(default_factory=dict)
@@ -60,7 +65,7 @@ class Snapshot:
         """A new sandbox with the snapshot's files and shell state."""
         if self.removed:
             raise SandboxError(f"snapshot {self.tag} was removed")
-        sandbox = DockerSandbox(self.spec)
+        sandbox = self.sandbox_class(self.spec)
         await sandbox.start()
         try:
             await sandbox.write_file(STATE_FILE, self.shell_state, 0o600)
@@ -121,14 +126,13 @@ async def take(sandbox: DockerSandbox) -> Snapshot:
     except Exception as e:
         raise SandboxError(f"could not snapshot sandbox {sandbox.name}: {e}") from e
     spec = dataclasses.replace(sandbox.spec, image=f"{REPOSITORY}:{tag}", build_image=False)
-    return Snapshot(image=made["Id"], tag=f"{REPOSITORY}:{tag}", spec=spec, shell_state=state, cwd=res.cwd,
+    return Snapshot(image=made["Id"], tag=f"{REPOSITORY}:{tag}", spec=spec, sandbox_class=type(sandbox),
+                    shell_state=state, cwd=res.cwd,
                     timings={"shell_s": t1 - t0, "commit_s": time.perf_counter() - t1})
 
 
 def clean_images(everything: bool = False, dry_run: bool = False) -> list[Leftover]:
     """Snapshot images of processes that are gone (every one with `everything`) that no container uses."""
-    from .cleanup import owner_gone
-
     api = engine.api()
     used = {c.get("ImageID") for c in api.containers(all=True)}
     out = []

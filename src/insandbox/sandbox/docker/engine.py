@@ -15,7 +15,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Optional, TypeVar
 
-from .base import SandboxError
+from ..base import SandboxError
 
 T = TypeVar("T")
 

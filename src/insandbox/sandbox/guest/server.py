@@ -1,12 +1,10 @@
 """The process that runs inside every sandbox container, as its PID 1.
 
 The host starts the container with a tiny bootstrap (``BOOTSTRAP``) that reads this
-file's source from stdin and executes it, so the server always matches the host's
-version and needs nothing in the image but ``python3`` (3.6 or newer) and ``bash``.
-The host then speaks newline-delimited JSON over the container's stdin/stdout:
-
-    -> {"id": 1, "op": "run", "cmd": "cd /tmp", "timeout": 120, "limit": 16000}
-    <- {"id": 1, "ok": true, "output": "", "exit_code": 0, "timed_out": false, ...}
+file's source (protocol.py's first) from stdin and executes it, so the server always
+matches the host's version and needs nothing in the image but ``python3`` (3.6 or newer)
+and ``bash``. The host then speaks newline-delimited JSON over the container's
+stdin/stdout (protocol.py).
 
 Why a server: one ``docker exec`` costs ~100 ms, and a fresh ``bash -c`` per command
 forgets ``cd`` and ``export``. Here one bash lives for the whole run; each command is
@@ -48,8 +46,23 @@ try:
 except ImportError:  # pragma: no cover - Python 2 is not supported, but fail clearly
     import Queue as queue  # noqa: N813
 
-BOOTSTRAP = "import sys,json;exec(json.loads(sys.stdin.readline()))"
-STATE_DIR = "/run/insandbox"
+try:  # as a module of the host's package; in the sandbox, protocol.py's source ran just before this
+    from .protocol import (  # noqa: F401
+        BOOTSTRAP,
+        EXEC,
+        FRESH_SHELL,
+        LIST_TREE,
+        PING,
+        READ,
+        READ_MANY,
+        RESET,
+        RUN,
+        STAT,
+        STATE_DIR,
+        WRITE,
+    )
+except ImportError:  # pragma: no cover - inside the sandbox
+    pass
 MARKER_VAR = "INSANDBOX_CMD_ID"  # exported per command (the server trusts nothing a command can set)
 KILL_GRACE_S = 2.0  # after killing a timed-out tree, how long bash gets to return
 
@@ -1028,26 +1041,26 @@ class Server(object):
 
     def handle(self, req):
         op = req.get("op")
-        if op == "run":
+        if op == RUN:
             return self.run(req)
-        if op == "exec":
+        if op == EXEC:
             return self.exec_argv(req)
-        if op == "read":
+        if op == READ:
             return self.read_file(req)
-        if op == "read_many":
+        if op == READ_MANY:
             return self.read_many(req)
-        if op == "write":
+        if op == WRITE:
             return self.write_file(req)
-        if op == "list_tree":
+        if op == LIST_TREE:
             return self.list_tree(req)
-        if op == "stat":
+        if op == STAT:
             return self.stat_path(req)
-        if op == "reset":
+        if op == RESET:
             return self.reset()
-        if op == "fresh_shell":
+        if op == FRESH_SHELL:
             self.start_shell(req.get("cwd"))
             return {"pid": self.shell.proc.pid}
-        if op == "ping":
+        if op == PING:
             return {"pid": os.getpid()}
         raise ValueError("unknown op %r" % (op,))
 

@@ -24,7 +24,7 @@ import subprocess
 from dataclasses import dataclass
 from typing import Optional
 
-from .base import SandboxError
+from ..base import SandboxError
 
 PROXY_CONNECTIONS = 32  # connections a sandbox may hold open to the registries proxy at once
 ENGINE_DNS = "127.0.0.11"

@@ -12,9 +12,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, Optional
 
-from .. import hostfiles
-from .base import BLOCK_DEVICE, CHAR_DEVICE, DIRECTORY, FIFO, FILE, SYMLINK
-from .copyback import CopyBudget, Entry, host_path, link_or_copy
+from ... import hostfiles
+from ..base import BLOCK_DEVICE, CHAR_DEVICE, DIRECTORY, FIFO, FILE, SYMLINK
+from ..copyback import CopyBudget, Entry, host_path, link_or_copy
 
 SPOOL_BYTES = 8 * 1024 * 1024  # tars up to this size stay in memory
 
