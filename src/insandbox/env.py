@@ -36,6 +36,7 @@ from .sandbox import (
     Skipped,
     create_sandbox,
 )
+from .sandbox.base import require
 from .sandbox.pool import SandboxPool
 from .tools import Tool, ToolBox, ToolCall, ToolOutput, default_tools
 
@@ -255,8 +256,7 @@ class SandboxEnv:
             raise RuntimeError("no episode in progress: await env.reset(task) first")
         if n < 1:
             raise ValueError("fork needs n >= 1")
-        if not hasattr(self.sandbox, "snapshot"):
-            raise SandboxError(f"the {self.config.backend} backend cannot snapshot a sandbox")
+        require(type(self.sandbox), "snapshot", "snapshot a sandbox (fork needs it)")
         snap = await self.sandbox.snapshot()
         try:
             sandboxes = await snap.start_copies(n)

@@ -6,6 +6,7 @@ import importlib
 import sys
 
 from .base import (
+    Capabilities,
     CommandResult,
     CopyLimits,
     CopyResult,
@@ -22,7 +23,13 @@ from .base import (
     Skipped,
 )
 
+# name -> "module:class". A new backend is a folder under sandbox/ and one line here.
 BACKENDS = {"docker": "insandbox.sandbox.docker:DockerSandbox"}
+
+
+def register_backend(name: str, target: str) -> None:
+    """Register a backend from outside the package ("module:class"), e.g. a plugin's or a test's."""
+    BACKENDS[name] = target
 
 
 def backend_class(name: str = "docker") -> type[Sandbox]:
@@ -46,6 +53,7 @@ def kill_all_now() -> None:
             getattr(sys.modules[module], cls).kill_all_now()
 
 
-__all__ = ["BACKENDS", "CommandResult", "CopyLimits", "CopyResult", "ExecResult", "FileStat", "OperationError",
-           "Sandbox", "SandboxError", "SandboxFileError", "SandboxLimits", "SandboxSpec", "ServerError", "SetupError",
-           "Skipped", "backend_class", "create_sandbox", "kill_all_now"]
+__all__ = ["BACKENDS", "Capabilities", "CommandResult", "CopyLimits", "CopyResult", "ExecResult", "FileStat",
+           "OperationError", "Sandbox", "SandboxError", "SandboxFileError", "SandboxLimits", "SandboxSpec",
+           "ServerError", "SetupError", "Skipped", "backend_class", "create_sandbox", "kill_all_now",
+           "register_backend"]

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar, Optional, Protocol, runtime_checkable
+from typing import Any, ClassVar, Optional, Protocol, runtime_checkable
 
 
 class SandboxError(RuntimeError):
@@ -176,10 +176,24 @@ class Leftover:
 Progress = Callable[[str], None]
 
 
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can do beyond the protocol's core. The rest of insandbox asks here (never by
+    trying, never by looking for a method) and refuses in one line what a backend cannot do."""
+
+    recycle: bool = False  # recycle(): one sandbox serves many samples, put back in between (pool.py)
+    snapshot: bool = False  # snapshot(): copies of a live sandbox (fork)
+    disk_limit: bool = False  # SandboxLimits.disk is enforced
+    network_modes: tuple[str, ...] = ("none",)  # the SandboxLimits.network values it knows by name
+    named_networks: bool = False  # any other value names a network of the backend's own
+
+
 @runtime_checkable
 class Sandbox(Protocol):
     backend: ClassVar[str]  # the name it registers under
+    capabilities: ClassVar[Capabilities]
     spec: SandboxSpec
+    uses: int  # samples this sandbox has served (recycling gives it more than one)
 
     # ------------------------------------------------------------------ the backend
     @classmethod
@@ -241,3 +255,25 @@ class Sandbox(Protocol):
 
     async def close(self) -> None:
         """Remove the sandbox. Safe to call twice and after failures."""
+
+    @property
+    def alive(self) -> bool:
+        """Started, not closed, and still answering."""
+
+    # ------------------------------------------------------------------ optional (see Capabilities)
+    @property
+    def recyclable(self) -> bool:
+        """This sandbox can be recycled now (capabilities.recycle, and what its reset needs is there)."""
+
+    async def recycle(self) -> dict:
+        """As good as new for another sample; returns what the reset did. SandboxError when it cannot:
+        the caller then closes it, never reuses it."""
+
+    async def snapshot(self) -> Any:
+        """An object whose start_copies(n) starts n independent copies of this sandbox (fork)."""
+
+
+def require(cls: type, capability: str, what: str) -> None:
+    """SetupError in one line unless the backend class has the capability."""
+    if not getattr(cls.capabilities, capability):
+        raise SetupError(f"the {cls.backend} backend cannot {what}")

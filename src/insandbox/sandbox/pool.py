@@ -70,6 +70,7 @@ class SandboxPool:
         from . import backend_class
 
         self.cls = backend_class(backend)
+        recycle = recycle and self.cls.capabilities.recycle  # a backend that cannot: fresh sandboxes, pre-started
         self.spec = replace(spec, recyclable=recycle)
         self.size = max(size, 0)  # most sandboxes kept waiting or started ahead
         self.recycle = recycle
@@ -96,7 +97,7 @@ class SandboxPool:
         t0 = time.perf_counter()
         if self._expected is not None:
             self._expected = max(self._expected - 1, 0)
-        while self._warm and not getattr(self._warm[0], "alive", True):
+        while self._warm and not self._warm[0].alive:
             self._remove(self._warm.popleft())  # died while waiting (an engine restart): never hand it out
         if self._warm:
             sb = self._warm.popleft()
@@ -124,8 +125,8 @@ class SandboxPool:
         self._in_use = max(self._in_use - 1, 0)
         # recycling is cheaper than any start: keep it whenever a sample may still want one
         future = self.size if self._expected is None else self._expected
-        keep = (reusable and self.recycle and not self._closed and getattr(sandbox, "recyclable", False)
-                and getattr(sandbox, "uses", 1) < self.max_uses and len(self._waiters) + future > len(self._warm))
+        keep = (reusable and self.recycle and not self._closed and sandbox.recyclable
+                and sandbox.uses < self.max_uses and len(self._waiters) + future > len(self._warm))
         if keep:
             self._coming += 1
             self._spawn(self._recycle_one(sandbox))

@@ -24,6 +24,7 @@ from typing import ClassVar, Optional
 
 from .. import admission
 from ..base import (
+    Capabilities,
     CommandResult,
     ExecResult,
     Leftover,
@@ -87,6 +88,9 @@ def server_source() -> str:
 
 class DockerSandbox(DockerFiles):
     backend: ClassVar[str] = "docker"
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        recycle=True, snapshot=True, disk_limit=True, network_modes=("bridge", "none", "host", "registries"),
+        named_networks=True)
 
     def __init__(self, spec: SandboxSpec):
         self.spec = spec
