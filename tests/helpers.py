@@ -35,7 +35,10 @@ def cli(*args: str, env: dict | None = None, timeout: float = 300, **kw) -> subp
 
 
 def containers_with_label(label: str) -> list[str]:
+    """Containers carrying the label; raises when the Docker CLI fails (an empty answer must mean none)."""
     out = subprocess.run(["docker", "ps", "-aq", "--filter", f"label={label}"], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"docker ps failed ({out.returncode}): {out.stderr.strip()}")
     return out.stdout.split()
 
 

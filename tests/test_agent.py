@@ -184,9 +184,8 @@ def test_container_dying_mid_run_loses_nothing(scripted, run_async, tmp_path, do
 
     def kill_when_asked():
         import time
-        while len(srv.requests) < 1:
+        while len(srv.requests) < 2:  # the second request: the first command has run (part.txt exists)
             time.sleep(0.05)
-        time.sleep(0.5)
         import os
         ids = containers_with_label(owner_of(os.getpid()))  # ours only
         for cid in ids:

@@ -59,6 +59,6 @@ def test_pure_tests_run_without_docker_and_without_the_development_data():
     env = {**os.environ, "DOCKER_HOST": "unix:///nonexistent/docker.sock", "INSANDBOX_SHARED_DATA": ""}
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m",
                         "not docker and not shared_data", "--deselect", "tests/test_layout.py", "tests"],
-                       cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+                       cwd=REPO, env=env, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout[-3000:]
     assert " passed" in r.stdout and "failed" not in r.stdout and "error" not in r.stdout.lower()

@@ -404,15 +404,22 @@ class _EngineProxy:
 
 
 class _CutAfter(_FillAfter):
-    """Cuts the engine off half a second after the n-th record (the next samples are in their sandboxes)."""
+    """Cuts the engine off after the n-th record, once another sample has asked the model (it is in its
+    sandbox): a condition, not a clock, so a slow machine cuts at the same point."""
 
-    def __init__(self, proxy: _EngineProxy, n: int):
-        self.proxy, self.n, self.seen = proxy, n, 0
+    def __init__(self, proxy: _EngineProxy, n: int, srv):
+        self.proxy, self.n, self.seen, self.srv = proxy, n, 0, srv
 
     def on_sample(self, record):
         self.seen += 1
         if self.seen == self.n:
-            threading.Timer(0.5, self.proxy.cut).start()
+            asked = len(self.srv.requests)
+
+            def cut_when_asked():
+                while len(self.srv.requests) <= asked:
+                    time.sleep(0.02)
+                self.proxy.cut()
+            threading.Thread(target=cut_when_asked, daemon=True).start()
 
 
 def test_an_engine_that_does_not_come_back_stops_the_run_and_resume_finishes(
@@ -433,7 +440,7 @@ def test_an_engine_that_does_not_come_back_stops_the_run_and_resume_finishes(
         m.setattr(engine, "_api", None)
         try:
             with pytest.raises(EngineOutage) as stop:
-                run_async(run_bench(cfg, _CutAfter(proxy, 1)))
+                run_async(run_bench(cfg, _CutAfter(proxy, 1, srv)))
         finally:
             proxy.cut()
         left = dict(backend.UNREMOVED)  # the run's sandboxes it could not remove: the engine was away

@@ -1,6 +1,8 @@
 """The sandbox image has what the paper's tasks need, and pip works inside it."""
 from __future__ import annotations
 
+import pytest
+
 from insandbox.sandbox.docker.image import host_ca_files
 
 
@@ -16,6 +18,7 @@ def test_image_contents(sandbox_factory, run_async):
     run_async(body())
 
 
+@pytest.mark.network
 def test_host_ca_certificates_are_trusted_and_pip_installs(sandbox_factory, run_async):
     """On networks that intercept TLS the host's extra CAs must be in the image for pip to work."""
     async def body():

@@ -108,6 +108,7 @@ def test_the_default_disk_limit_is_ten_gigabytes_and_leaves_nothing_behind(sandb
     run_async(body())
 
 
+@pytest.mark.network
 def test_apt_get_and_pip_install_work_without_the_dropped_capabilities(sandbox_factory, run_async):
     async def body():
         sb = await sandbox_factory()

@@ -113,6 +113,7 @@ def test_host_services_are_out_of_reach_in_every_mode_but_host(sandbox_factory, 
     assert host[f"127.0.0.1:{lo}"] == "ok", host
 
 
+@pytest.mark.network
 def test_registries_mode_reaches_pypi_and_debian_and_nothing_else(sandbox_factory, run_async):
     pypi = socket.gethostbyname("pypi.org")  # as this machine sees it
 
@@ -172,6 +173,7 @@ def test_host_mode_reaches_loopback_and_is_warned_about(scripted, tmp_path, dock
     assert "warning: --network host gives the sandbox this machine's network" in r.stderr
 
 
+@pytest.mark.network
 def test_registries_mode_from_the_command_line(scripted, tmp_path, docker_image):
     r, seen, traj = _scripted_probe_run(scripted, tmp_path, "registries",
                                         "curl -sS -o /dev/null -w '%{http_code}\\n' https://pypi.org/simple/six/; "

@@ -59,7 +59,8 @@ def test_used_up_and_dead_sandboxes_are_replaced(docker_image, run_async):
             fresh = await pool.acquire()
             assert fresh is not sb and fresh.uses == 1
             pool.release(fresh)
-            await asyncio.sleep(0.5)  # recycled and waiting
+            while fresh not in pool._warm:  # recycled and waiting
+                await asyncio.sleep(0.02)
             engine.api().kill(fresh.container_id)  # it dies while waiting
             for _ in range(50):
                 if not fresh.alive:

@@ -174,7 +174,7 @@ def test_a_running_trajectory_and_benchmark_update_in_the_open_page(recorded, tm
         page.goto(served.url(f"/r/{PLOT}"))
         assert page.locator("article.step").count() == 2
         assert page.locator(".run-head .badge.live").count() == 1
-        page.wait_for_timeout(1200)  # the page's event stream is open
+        page.wait_for_selector("body[data-live-open]", state="attached")  # the page's event stream is open
         full.save(traj_path)  # the run goes on: two more steps, then it ends
         expect(page.locator("article.step")).to_have_count(4, timeout=10000)
         assert "Submitted." in page.locator("article.step").nth(3).inner_text()
@@ -186,7 +186,7 @@ def test_a_running_trajectory_and_benchmark_update_in_the_open_page(recorded, tm
         scores = page.locator(f"tr.item-row[data-item={last['id']}] .score-0, "
                               f"tr.item-row[data-item={last['id']}] .score-1")
         assert scores.count() == 1  # its other sample is there, from its trajectory, without a score yet
-        page.wait_for_timeout(1200)
+        page.wait_for_selector("body[data-live-open]", state="attached")
         with results.open("a") as f:
             f.write(lines[3])
         expect(page.locator(".results-count")).to_have_text("4", timeout=10000)
@@ -196,7 +196,7 @@ def test_a_running_trajectory_and_benchmark_update_in_the_open_page(recorded, tm
         page.goto(served.url("/"))
         count = page.locator("#benches td.num")
         expect(count).to_have_text("3")
-        page.wait_for_timeout(1200)
+        page.wait_for_selector("body[data-live-open]", state="attached")
         with results.open("a") as f:
             f.write(lines[3])
         expect(count).to_have_text("4", timeout=10000)

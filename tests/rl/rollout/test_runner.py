@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import asyncio
+import os
 
 import pytest
 
 from insandbox.rl.rewards import RewardResult
 from insandbox.rl.rollout import RolloutConfig, Rollouts, Sampled, check_record
 from insandbox.rl.rollout.backends.scripted import ScriptedGenerator
-from tests.helpers import containers_with_label
+from tests.helpers import containers_with_label, owner_of
 
 ROW = {"id": "task-1", "problem_statement": "Which is right, A or B? The material is in /testbed/documents.",
        "ground_truth": "B", "input_files": {"doc_01.txt": "The right one is B.\n", "doc_02.txt": "Unrelated.\n"},
@@ -69,7 +70,7 @@ def test_groups_run_concurrently_each_in_its_own_sandbox(smollm_tokenizer, docke
     assert by_task["t0"].reward == 1.0 and by_task["t1"].reward == 0.0
     assert by_task["t2"].exit_reason == "max_steps" and by_task["t2"].reward == -0.5 and by_task["t2"].tool_calls == 0
     assert all(check_record(x, r.chat) == [] for x in records)
-    assert containers_with_label("insandbox.run_id=t0") == []  # every sandbox removed
+    assert containers_with_label(owner_of(os.getpid())) == []  # every sandbox of this process removed
 
 
 def test_the_response_budget_truncates_and_a_cut_turn_is_closed(smollm_tokenizer, docker_image, run_async):

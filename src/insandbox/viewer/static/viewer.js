@@ -18,6 +18,8 @@
     if (!src || !window.EventSource) return;
     var badge = document.getElementById("live-badge");
     var es = new EventSource(src);
+    // said on the page, so a test (or a curious user) can tell the stream is listening
+    es.onopen = function () { document.body.setAttribute("data-live-open", ""); };
     es.addEventListener("change", function () { htmx.trigger(document.body, "live-change"); });
     es.addEventListener("end", function () {
       es.close();
