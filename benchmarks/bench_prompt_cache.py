@@ -10,8 +10,8 @@ import argparse
 import asyncio
 
 from insandbox.models.anthropic_messages import AnthropicClient
+from insandbox.models.pricing import load_prices, usd
 from insandbox.models.scripted_server import ScriptedServer
-from insandbox.pricing import load_prices, usd
 from insandbox.prompts import load_prompt_config
 from insandbox.tools import ToolBox, default_tools
 

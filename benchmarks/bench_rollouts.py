@@ -77,7 +77,7 @@ def table(title: str, rows_: list[tuple]) -> None:
 
 async def main(a) -> None:
     from insandbox.config import RunConfig
-    from insandbox.runner import prepare_sandbox
+    from insandbox.runs.session import prepare_sandbox
 
     await prepare_sandbox(RunConfig(image=a.image))
     t = time.perf_counter()

@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 
 from insandbox import ConfigError, RunConfig, Trajectory, arun
-from insandbox.pricing import load_prices
-from insandbox.runner import price_of
+from insandbox.models.pricing import load_prices
+from insandbox.runs.session import price_of
 from tests.helpers import containers_with_label, owner_of
 
 

@@ -8,9 +8,9 @@ from pathlib import Path
 from rich.console import Console
 
 from insandbox.console import RichView, escape_controls
-from insandbox.episode import ExitReason
-from insandbox.runner import RunResult
-from insandbox.trajectory import SkippedOutput, StepRecord, ToolCallRecord, Trajectory
+from insandbox.core.episode import ExitReason
+from insandbox.core.trajectory import SkippedOutput, StepRecord, ToolCallRecord, Trajectory
+from insandbox.runs.session import RunResult
 
 HOSTILE = ("\x1b]52;c;cm0gLXJmIH4=\x07"  # OSC 52: write the operator's clipboard
            "\x1b[2J\x1b[H"  # clear the screen
@@ -65,7 +65,7 @@ def test_escape_controls_keeps_text_and_names_bytes():
 
 
 def test_the_cost_is_shown_per_step_and_at_the_end_and_an_unknown_price_is_said_to_be_unknown():
-    from insandbox.pricing import Price
+    from insandbox.models.pricing import Price
 
     view, out = _view()
     traj = Trajectory(run_id="r")
@@ -91,7 +91,7 @@ def test_the_cost_is_shown_per_step_and_at_the_end_and_an_unknown_price_is_said_
 
 
 def test_dollars_read_well_at_every_size():
-    from insandbox.pricing import usd
+    from insandbox.models.pricing import usd
 
     assert [usd(x) for x in (None, 0, 0.0303, 0.000123456, 0.5, 1.5, 1234.567)] == [
         "unknown", "$0", "$0.0303", "$0.000123", "$0.500", "$1.50", "$1,234.57"]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from insandbox.redact import MARK
+from insandbox.core.redact import MARK
 from tests.helpers import cli
 
 PASSWORD = "p%40ss-SECRET1"  # percent-encoded @: the server gets user:p@ss-SECRET1

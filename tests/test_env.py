@@ -5,8 +5,8 @@ import asyncio
 
 import pytest
 
-from insandbox.env import EnvConfig, SandboxEnv, Task
-from insandbox.episode import ExitReason
+from insandbox.agent.env import EnvConfig, SandboxEnv, Task
+from insandbox.core.episode import ExitReason
 from insandbox.tools import ToolCall
 from tests.helpers import containers_with_label
 

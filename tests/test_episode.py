@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from insandbox.episode import Episode, ExitReason, Limits
+from insandbox.core.episode import Episode, ExitReason, Limits
+from insandbox.core.trajectory import Trajectory
 from insandbox.models.base import ContextLengthError, ModelError
 from insandbox.sandbox import SandboxError
-from insandbox.trajectory import Trajectory
 
 
 def test_exit_reasons_are_one_enum_with_the_json_values_of_before():

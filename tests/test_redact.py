@@ -6,7 +6,7 @@ import base64
 import pytest
 
 from insandbox.config import ConfigError, RunConfig, refuse_redacted, restored
-from insandbox.redact import MARK, fits, is_redacted, is_secret_name, redact, redact_url, secrets_in
+from insandbox.core.redact import MARK, fits, is_redacted, is_secret_name, redact, redact_url, secrets_in
 
 
 @pytest.mark.parametrize("url, shown", [

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from insandbox.pricing import Price
-from insandbox.trajectory import SCHEMA_VERSION, StepRecord, Trajectory
+from insandbox.core.trajectory import SCHEMA_VERSION, StepRecord, Trajectory
+from insandbox.models.pricing import Price
 
 PRICE = Price(model="x", match="exact", entry="x", input=2.0, output=10.0, cache_read=0.5, cache_write=2.5)
 

@@ -13,11 +13,11 @@ from typing import Any
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "run": "insandbox.runner", "arun": "insandbox.runner", "RunResult": "insandbox.runner",
+    "run": "insandbox.runs.session", "arun": "insandbox.runs.session", "RunResult": "insandbox.runs.session",
     "RunConfig": "insandbox.config", "ConfigError": "insandbox.config",
-    "SandboxEnv": "insandbox.env", "EnvConfig": "insandbox.env", "Task": "insandbox.env",
-    "StepResult": "insandbox.env", "Trajectory": "insandbox.trajectory",
-    "ExitReason": "insandbox.episode", "Limits": "insandbox.episode",
+    "SandboxEnv": "insandbox.agent.env", "EnvConfig": "insandbox.agent.env", "Task": "insandbox.agent.env",
+    "StepResult": "insandbox.agent.env", "Trajectory": "insandbox.core.trajectory",
+    "ExitReason": "insandbox.core.episode", "Limits": "insandbox.core.episode",
     "OpenAIChatClient": "insandbox.models", "ModelClient": "insandbox.models",
     "ScriptedServer": "insandbox.models.scripted_server", "ToolCall": "insandbox.tools",
     "load_prompt_config": "insandbox.prompts", "PromptConfig": "insandbox.prompts",

@@ -349,7 +349,7 @@ def run(
     """Run one task: the model works in a fresh sandbox until it submits."""
     from .config import ConfigError
     from .console import RichView, make_console
-    from .runner import arun
+    from .runs.session import arun
 
     shared = {k: v for k, v in locals().items() if k in SHARED}
     try:
@@ -538,7 +538,7 @@ def replay(
     from .replay.replayer import Replayer, ReplayError, load_recorded
     from .replay.report import print_report, write_json
     from .replay.safe_files import UnsafeRunFolder
-    from .runner import prepare_sandbox
+    from .runs.session import prepare_sandbox
 
     if until is not None and until < 1:
         _fail("--until: give a step number from 1")

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from .redact import fits, is_redacted, redact, secrets_in
+from .core.redact import fits, is_redacted, redact, secrets_in
 
 if TYPE_CHECKING:
-    from .env import EnvConfig
+    from .agent.env import EnvConfig
     from .prompts import PromptConfig
     from .sandbox import SandboxLimits
     from .sandbox.pool import SandboxPool
@@ -210,7 +210,7 @@ class RunConfig(BaseModel):
 
     def env_config(self, prompts: PromptConfig, run_id: str = "", pool: Optional[SandboxPool] = None) -> EnvConfig:
         """The environment settings of one episode of this run (its sandbox from `pool` when given)."""
-        from .env import EnvConfig
+        from .agent.env import EnvConfig
         from .sandbox import CopyLimits
 
         return EnvConfig(

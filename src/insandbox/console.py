@@ -16,10 +16,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .episode import ExitReason
-from .pricing import usd
-from .runner import RunResult
-from .trajectory import StepRecord, ToolCallRecord, Trajectory
+from .core.episode import ExitReason
+from .core.trajectory import StepRecord, ToolCallRecord, Trajectory
+from .models.pricing import usd
+from .runs.session import RunResult
 
 PREVIEW_LINES = 8
 # C0 controls except tab and newline, DEL, C1 controls; and bidirectional overrides, which reorder what is shown

@@ -190,7 +190,7 @@ def _priced_copy(tmp_path: Path, name: str, costs: dict, price: dict) -> Path:
 
 def test_the_cost_per_run_and_mode_in_all_per_sample_and_per_correct_answer(tmp_path):
     from insandbox.bench.report import rich_tables
-    from insandbox.pricing import Price
+    from insandbox.models.pricing import Price
 
     price = Price(model="fixture-model", match="exact", entry="fixture-model", input=1.0, output=2.0, cache_read=1.0,
                   cache_write=1.0).model_dump()

@@ -295,7 +295,7 @@ def test_bench_records_the_cost_of_each_sample_of_each_mode_and_in_all(scripted,
 def test_bench_with_no_price_for_its_model_says_so_once_and_records_unknown_costs(scripted, run_async, tmp_path,
                                                                                    monkeypatch):
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.setattr("insandbox.runner.is_local", lambda url: False)  # as if the server were elsewhere
+    monkeypatch.setattr("insandbox.runs.session.is_local", lambda url: False)  # as if the server were elsewhere
     srv = scripted({"turns": [{"content": "Answer: A"}]})
     cfg = BenchConfig(task="chem", data=_choice_rows(tmp_path / "rows.jsonl"), mode="llm",
                       output_dir=tmp_path / "run", run=RunConfig(model="nobody-prices-me", base_url=srv.url))

@@ -40,7 +40,7 @@ def test_a_new_backend_runs_a_whole_task(fake_backend, scripted, run_async, tmp_
 
 
 def test_what_a_backend_cannot_do_is_refused_or_done_another_way(fake_backend, run_async):
-    from insandbox.env import EnvConfig, SandboxEnv, Task
+    from insandbox.agent.env import EnvConfig, SandboxEnv, Task
 
     async def go():
         env = SandboxEnv(EnvConfig(backend=fake_backend))

@@ -9,7 +9,7 @@ from pathlib import Path
 from insandbox.bench.runner import BenchConfig, run_bench
 from insandbox.config import RunConfig
 from insandbox.models.scripted_server import ScriptedServer
-from insandbox.runner import arun
+from insandbox.runs.session import arun
 
 PLOT = ("python3 - <<'PY'\n"
         "import matplotlib\n"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from insandbox.episode import ExitReason
-from insandbox.trajectory import StepRecord, ToolCallRecord, Trajectory
+from insandbox.core.episode import ExitReason
+from insandbox.core.trajectory import StepRecord, ToolCallRecord, Trajectory
 
 
 def write_run(run_dir: Path, steps: int = 3, output_chars: int = 200, finished: bool = True,

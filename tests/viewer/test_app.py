@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import expect
 
-from insandbox.trajectory import Trajectory
+from insandbox.core.trajectory import Trajectory
 from insandbox.viewer.index import folder_id
 from tests.viewer.conftest import serve
 

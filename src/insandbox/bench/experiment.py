@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..config import RunConfig
-from ..redact import redact
+from ..core.redact import redact
 from .runner import BENCH_FILE, SUMMARY_FILE
 from .store import ResultStore, latest
 from .tasks import TaskSpec

@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-from ..pricing import usd
+from ..models.pricing import usd
 from .eta import SessionEta, format_eta
 
 

@@ -23,7 +23,7 @@ from typing import Optional
 
 from ..analysis.accounting import cost_summary
 from ..analysis.capability import CAPABILITIES, usage
-from ..pricing import Price, usd
+from ..models.pricing import Price, usd
 from . import stats
 from .experiment import Unit, same_settings, show, units_of
 

@@ -35,16 +35,16 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..analysis.accounting import token_breakdown
 from ..config import ConfigError, RunConfig, restored
-from ..episode import ExitReason
+from ..core.episode import ExitReason
+from ..core.redact import redact, secrets_in
+from ..core.trajectory import now_iso
 from ..models.base import ModelClient
 from ..models.openai_compat import OpenAIChatClient
-from ..pricing import Price, PriceTable, load_prices
+from ..models.pricing import Price, PriceTable, load_prices
 from ..prompts import PromptConfig, load_prompt_overrides
-from ..redact import redact, secrets_in
-from ..runner import arun, make_model_client, prepare_sandbox, price_of
+from ..runs.session import arun, make_model_client, prepare_sandbox, price_of
 from ..sandbox import backend_class
 from ..sandbox.pool import SandboxPool
-from ..trajectory import now_iso
 from . import stats
 from .data import Row, load_rows
 from .scorers import JudgeSettings, Scorer, make_scorer

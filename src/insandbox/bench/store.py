@@ -19,7 +19,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from .. import hostfiles
+from ..core import hostfiles
 
 RESULTS = "results.jsonl"
 

@@ -27,8 +27,8 @@ from typing import Any, Optional
 from ..bench.data import Row
 from ..bench.runner import BenchAborted, BenchConfig, BenchRun, EngineOutage, safe_name
 from ..config import ConfigError
+from ..core.redact import redact
 from ..models.openai_compat import is_loopback
-from ..redact import redact
 from .cluster import NodePool, NoNodesLeft, connect, disconnect
 
 
@@ -75,7 +75,7 @@ class BenchNode:
         self._running: set[asyncio.Task] = set()  # samples in flight, cancelled by `close`
 
     async def _prepare(self) -> None:
-        from ..runner import prepare_sandbox
+        from ..runs.session import prepare_sandbox
 
         if "sandbox" in self.bench.modes:
             await prepare_sandbox(self.bench.cfg.run)  # the image is built here on first use

@@ -63,7 +63,7 @@ class RolloutNode:
         await asyncio.gather(*self._running, return_exceptions=True)
 
     async def _run(self, row: dict, group: int, sample: int) -> RolloutRecord:
-        from ..runner import prepare_sandbox
+        from ..runs.session import prepare_sandbox
 
         if self._ready is None:  # the node's image, built on first use
             self._ready = asyncio.ensure_future(prepare_sandbox(RunConfig(image=self.rollouts.config.image,

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import timezone
 from typing import Any, Optional
 
-from ..redact import redact, secrets_in
+from ..core.redact import redact, secrets_in
 from .base import ModelError
 
 BACKOFF_S = (0.5, 8.0)  # first wait, longest wait

@@ -20,13 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from .. import hostfiles
-from ..agent import continue_episode
+from ..agent.loop import continue_episode
 from ..config import RunConfig, refuse_redacted
-from ..pricing import load_prices
-from ..runner import RunResult, _collect, make_model_client, new_run_id, prepare_sandbox, price_of, settings
+from ..core import hostfiles
+from ..core.trajectory import StepRecord, Trajectory
+from ..models.pricing import load_prices
+from ..runs.session import RunResult, _collect, make_model_client, new_run_id, prepare_sandbox, price_of, settings
 from ..sandbox import SandboxError
-from ..trajectory import StepRecord, Trajectory
 from .grants import check_model_server
 from .inputs import save_input_files
 from .replayer import SANDBOX_DIRS, RecordedRun, Replayer, ReplayError, ReplayReport, load_recorded

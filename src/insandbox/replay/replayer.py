@@ -26,11 +26,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from ..agent.env import SandboxEnv, Task
 from ..config import ConfigError, RunConfig, validated
-from ..env import SandboxEnv, Task
+from ..core.trajectory import Trajectory
 from ..prompts import PromptConfig, load_prompt_config
 from ..tools import ToolCall
-from ..trajectory import Trajectory
 from .grants import CHECKED, sandbox_settings
 from .inputs import FoundInputs, find_inputs
 from .safe_files import SMALL_FILE_MAX_BYTES, TRAJECTORY_MAX_BYTES, read_file
@@ -207,7 +207,7 @@ class Replayer:
         self.recorded = recorded
         self.ignores = compile_ignores(ignore)
         self.inputs: FoundInputs = find_inputs(recorded.trajectory.task, recorded.run_dir, input_dir)
-        from ..runner import new_run_id
+        from ..runs.session import new_run_id
 
         # no limits: the replay runs what was recorded, however the run ended
         cfg = recorded.settings.env_config(recorded.prompts, new_run_id())

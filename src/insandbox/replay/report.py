@@ -16,7 +16,7 @@ DIFFS_SHOWN = 5  # diffs printed under the table; the JSON report has all of the
 def _arguments(tool: str, raw: str) -> str:
     """What a call did, on one line (the command, the editor operation), control characters escaped."""
     from ..console import describe_call, escape_controls
-    from ..trajectory import ToolCallRecord
+    from ..core.trajectory import ToolCallRecord
 
     text = " ".join(describe_call(ToolCallRecord(id="", name=tool, arguments=raw)).split())
     return escape_controls(text if len(text) <= 70 else text[:67] + "...")

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from .. import hostfiles
+from ..core import hostfiles
 from .base import DIRECTORY, FILE, SYMLINK, CopyLimits, Skipped
 
 

@@ -13,7 +13,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Optional
 
-from ..trajectory import Trajectory
+from ..core.trajectory import Trajectory
 
 WHOLE_BELOW = 256 * 1024  # smaller files are simply parsed whole
 ENDS = 256 * 1024  # bytes read from each end of a bigger one

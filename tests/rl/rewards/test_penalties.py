@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from insandbox.episode import ExitReason
+from insandbox.core.episode import ExitReason
 from insandbox.rl.rewards import Outcome, RewardConfig
 from insandbox.rl.rewards.penalties import penalties
 

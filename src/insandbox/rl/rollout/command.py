@@ -86,7 +86,7 @@ async def run_rollouts(rows: list[dict], out: Path, config, reward, n: int, conc
     from functools import partial
 
     from ...config import RunConfig
-    from ...runner import prepare_sandbox
+    from ...runs.session import prepare_sandbox
     from .backends import load_policy
     from .runner import Rollouts
 

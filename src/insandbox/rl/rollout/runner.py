@@ -27,15 +27,15 @@ from typing import Any, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ...agent import step_record
-from ...env import EnvConfig, SandboxEnv, Task
-from ...episode import Episode, ExitReason
+from ...agent.env import EnvConfig, SandboxEnv, Task
+from ...agent.loop import step_record
+from ...core.episode import Episode, ExitReason
+from ...core.trajectory import SkippedOutput, Trajectory
 from ...models.base import ModelReply, Usage
 from ...models.tool_text import parse_text_tool_calls
 from ...prompts import PromptConfig, load_prompt_config
 from ...sandbox import SandboxLimits, Skipped
 from ...sandbox.pool import SandboxPool
-from ...trajectory import SkippedOutput, Trajectory
 from ..rewards import Outcome, RewardConfig, RewardResult
 from .chat import ChatFormat
 from .types import GenerateFn, RolloutRecord, SamplingParams

@@ -73,7 +73,7 @@ def fit_prompts(rows: list[dict], rollouts: Rollouts, max_prompt_tokens: Optiona
     """The rows whose prompt (system prompt, tools and task, as the policy sees them) fits the budget."""
     if max_prompt_tokens is None:
         return rows
-    from ...env import SandboxEnv, Task
+    from ...agent.env import SandboxEnv, Task
 
     env = SandboxEnv(rollouts.env_template)
     return [row for row in rows if len(rollouts.chat.prompt_ids(env.prompt_messages(
@@ -82,7 +82,7 @@ def fit_prompts(rows: list[dict], rollouts: Rollouts, max_prompt_tokens: Optiona
 
 def prepare_image(config: TrainConfig) -> None:
     from ...config import RunConfig
-    from ...runner import prepare_sandbox
+    from ...runs.session import prepare_sandbox
 
     r = config.rollout
     asyncio.run(prepare_sandbox(RunConfig(image=r.image, build_image=True, memory=r.memory, cpus=r.cpus,

@@ -43,7 +43,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from pydantic import BaseModel, ConfigDict, Field
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput, register
 
-from ...episode import ExitReason
+from ...core.episode import ExitReason
 from ..rewards import RewardConfig
 from ..rollout.runner import RewardFn, RolloutConfig, Rollouts
 from ..rollout.types import RolloutRecord

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, Optional
 
-from ... import hostfiles
+from ...core import hostfiles
 from ..base import BLOCK_DEVICE, CHAR_DEVICE, DIRECTORY, FIFO, FILE, SYMLINK
 from ..copyback import CopyBudget, Entry, host_path, link_or_copy
 

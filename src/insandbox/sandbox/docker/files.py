@@ -14,7 +14,7 @@ import posixpath
 from pathlib import Path
 from typing import Optional
 
-from ... import hostfiles
+from ...core import hostfiles
 from ..base import (
     BLOCK_DEVICE,
     CHAR_DEVICE,

@@ -16,19 +16,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Protocol
 
-from . import hostfiles
-from .agent import run_episode, run_llm_once
-from .config import ConfigError, RunConfig, validated
-from .env import SandboxEnv, Task
-from .episode import ExitReason
-from .models.base import ModelClient
-from .models.openai_compat import OpenAIChatClient
-from .pricing import Price, PriceTable, is_local, load_prices
-from .prompts import PromptConfig, load_prompt_config
-from .redact import redact
-from .sandbox import OperationError, SandboxError, SandboxSpec, SetupError, backend_class
-from .sandbox.pool import SandboxPool
-from .trajectory import SkippedOutput, StepRecord, Trajectory
+from ..core import hostfiles
+from ..agent.loop import run_episode, run_llm_once
+from ..config import ConfigError, RunConfig, validated
+from ..agent.env import SandboxEnv, Task
+from ..core.episode import ExitReason
+from ..models.base import ModelClient
+from ..models.openai_compat import OpenAIChatClient
+from ..models.pricing import Price, PriceTable, is_local, load_prices
+from ..prompts import PromptConfig, load_prompt_config
+from ..core.redact import redact
+from ..sandbox import OperationError, SandboxError, SandboxSpec, SetupError, backend_class
+from ..sandbox.pool import SandboxPool
+from ..core.trajectory import SkippedOutput, StepRecord, Trajectory
 
 
 @dataclass
@@ -134,8 +134,8 @@ async def make_model_client(cfg: RunConfig) -> ModelClient:
     if cfg.api == "anthropic" and not cfg.model:
         raise ConfigError("--provider anthropic needs --model (e.g. --model claude-sonnet-4-5)")
     if cfg.embedded:
-        from .models.embedded import EmbeddedClient
-        from .models.local_server import LocalModelMissing, default_gguf
+        from ..models.embedded import EmbeddedClient
+        from ..models.local_server import LocalModelMissing, default_gguf
 
         if cfg.gguf is not None and not Path(cfg.gguf).is_file():
             raise ConfigError(f"--gguf {cfg.gguf}: no such file")
@@ -148,7 +148,7 @@ async def make_model_client(cfg: RunConfig) -> ModelClient:
             raise ConfigError(str(e)) from None
         return EmbeddedClient(gguf, cfg.n_ctx, **_client_kwargs(cfg))
     if cfg.api == "anthropic":
-        from .models.anthropic_messages import AnthropicClient
+        from ..models.anthropic_messages import AnthropicClient
 
         if cfg.logprobs:
             raise ConfigError("--logprobs: the Anthropic Messages API returns no log probabilities")
@@ -164,7 +164,7 @@ async def make_model_client(cfg: RunConfig) -> ModelClient:
 async def prepare_sandbox(cfg: RunConfig, observer: Optional[RunObserver] = None) -> None:
     """Make sure sandboxes of these settings can start (image built on first use, network known)
     before any run folder exists: a bad setting is a ConfigError, a dead engine a SandboxError."""
-    from .sandbox import admission
+    from ..sandbox import admission
 
     observer = observer or _Quiet()
     spec = SandboxSpec(image=cfg.image, limits=cfg.sandbox_limits(),
@@ -269,7 +269,7 @@ def _inputs_record(task: Task, run_dir: Path, keep: bool) -> dict:
     """What replay and fork need of the inputs: their digests, and (`keep`: sandbox mode, the one they
     replay) the in-memory files kept in run_dir/inputs/, as nothing else keeps them. Never fails the
     run: what cannot be kept is left out."""
-    from .replay.inputs import input_digests, save_input_files
+    from ..replay.inputs import input_digests, save_input_files
 
     try:
         record = {"input_digests": input_digests(task.input_dir, task.input_files)}

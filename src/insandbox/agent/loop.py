@@ -20,11 +20,11 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Optional, TypeVar
 
+from ..core.episode import Episode, ExitReason, Limits
+from ..core.trajectory import FailedRequest, StepRecord, ToolCallRecord, Trajectory
+from ..models.base import ModelClient, ModelError, ModelReply
+from ..prompts import PromptConfig
 from .env import SandboxEnv, StepResult, Task
-from .episode import Episode, ExitReason, Limits
-from .models.base import ModelClient, ModelError, ModelReply
-from .prompts import PromptConfig
-from .trajectory import FailedRequest, StepRecord, ToolCallRecord, Trajectory
 
 StepHook = Callable[[StepRecord, Trajectory], None]
 T = TypeVar("T")

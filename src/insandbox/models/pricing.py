@@ -36,7 +36,7 @@ from urllib.parse import urlparse
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from .config import ConfigError
+from ..config import ConfigError
 
 PACKAGED = Path(__file__).with_name("prices.yaml")
 _DATE_SUFFIX = re.compile(r"[-@](\d{8}|\d{4}-\d{2}-\d{2}|latest)$")

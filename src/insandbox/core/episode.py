@@ -119,8 +119,8 @@ class Episode:
 
     def end_on_error(self, error: BaseException) -> ExitReason:
         """Map a failure to its exit reason (and end the episode with it)."""
-        from .models.base import ContextLengthError, ModelError
-        from .sandbox.base import SandboxBrokenByItself, SandboxError, SetupError
+        from ..models.base import ContextLengthError, ModelError
+        from ..sandbox.base import SandboxBrokenByItself, SandboxError, SetupError
 
         if isinstance(error, ContextLengthError):
             reason = ExitReason.CONTEXT_LENGTH

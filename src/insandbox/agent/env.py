@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Union
 
-from .episode import Episode, ExitReason, Limits
-from .models.tool_text import tool_response_message
-from .prompts import PromptConfig, load_prompt_config
-from .sandbox import (
+from ..core.episode import Episode, ExitReason, Limits
+from ..models.tool_text import tool_response_message
+from ..prompts import PromptConfig, load_prompt_config
+from ..sandbox import (
     CopyLimits,
     CopyResult,
     OperationError,
@@ -36,9 +36,9 @@ from .sandbox import (
     Skipped,
     create_sandbox,
 )
-from .sandbox.base import require
-from .sandbox.pool import SandboxPool
-from .tools import Tool, ToolBox, ToolCall, ToolOutput, default_tools
+from ..sandbox.base import require
+from ..sandbox.pool import SandboxPool
+from ..tools import Tool, ToolBox, ToolCall, ToolOutput, default_tools
 
 log = logging.getLogger(__name__)
 
