@@ -438,7 +438,7 @@ def bench(
     from .bench.runner import BenchAborted, BenchConfig, run_bench
     from .bench.tasks import builtin_tasks, load_task
     from .config import ConfigError
-    from .console import make_console
+    from .console import make_console, shown
 
     console = make_console()
     if list_tasks:
@@ -481,8 +481,8 @@ def bench(
     out, report = write_report([result.run_dir], plots=False)
     for table in rich_tables(report):
         console.print(table)
-    console.print(f"results: {result.run_dir / 'results.jsonl'}  summary: {result.run_dir / 'summary.json'}  "
-                  f"report: insandbox report {result.run_dir}  view: insandbox view {result.run_dir}")
+    console.print(shown(f"results: {result.run_dir / 'results.jsonl'}  summary: {result.run_dir / 'summary.json'}  "
+                        f"report: insandbox report {result.run_dir}  view: insandbox view {result.run_dir}"))
 
 
 # ---------------------------------------------------------------------- the rest
@@ -497,7 +497,7 @@ def report(
 ) -> None:
     """Accuracy with confidence intervals, sandbox vs plain, capability usage, tokens, cost and time."""
     from .bench.report import rich_tables, write_report
-    from .console import make_console
+    from .console import make_console, shown
 
     try:
         out_dir, data = write_report(run_dirs, out, plots=plots, pool=pool)
@@ -506,7 +506,7 @@ def report(
     console = make_console()
     for table in rich_tables(data):
         console.print(table)
-    console.print(f"report: {out_dir / 'report.md'}, {out_dir / 'report.html'}")
+    console.print(shown(f"report: {out_dir / 'report.md'}, {out_dir / 'report.html'}"))
 
 
 @app.command()
@@ -841,6 +841,11 @@ def main() -> None:
     (everything saved, the sandbox gone) the process leaves with os._exit: the interpreter's
     own shutdown, tearing down openai, pydantic and the Docker SDK, would add ~0.3 s to every
     run for nothing."""
+    for stream in (sys.stdout, sys.stderr):  # text no encoding can write (a lone surrogate) is written out
+        try:
+            stream.reconfigure(errors="backslashreplace")
+        except (AttributeError, ValueError):
+            pass
     exc = _click_exceptions()
     try:
         code = app(standalone_mode=False)

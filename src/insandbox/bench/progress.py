@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Optional
 
 from rich.console import Console
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
+from ..console import shown
 from ..pricing import usd
 from .eta import SessionEta, format_eta
 
@@ -39,13 +39,13 @@ class RichBenchProgress:
         self.errors = 0
 
     def on_status(self, text: str) -> None:
-        self.console.print(f"[dim]· {escape(text)}[/dim]")
+        self.console.print(f"[dim]· {shown(text)}[/dim]")
 
     def on_progress(self, text: str) -> None:
         pass  # image build lines: the bar is not up yet; on_status says what happens
 
     def on_start(self, total: int, already_done: int, run_dir: Path, concurrency: int) -> None:
-        self.console.print(f"run folder: {escape(str(run_dir))}" +
+        self.console.print(f"run folder: {shown(run_dir)}" +
                            (f" ({already_done} of {total} samples already done)" if already_done else ""))
         self.eta = SessionEta(todo=total - already_done, concurrency=concurrency)
         self.progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
