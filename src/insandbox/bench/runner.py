@@ -36,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..analysis.accounting import token_breakdown
 from ..config import ConfigError, RunConfig, restored
 from ..episode import ExitReason
+from ..extras import require
 from ..models.base import ModelClient
 from ..models.openai_compat import OpenAIChatClient
 from ..pricing import Price, PriceTable, load_prices
@@ -47,7 +48,7 @@ from ..sandbox.pool import SandboxPool
 from ..trajectory import now_iso
 from . import degraded, stats
 from .data import Row, load_rows
-from .scorers import JudgeSettings, Scorer, make_scorer
+from .scorers import JudgeSettings, Scorer, make_scorer, modules_needed
 from .store import ResultStore, latest, sample_key, write_atomic
 from .tasks import TaskSpec, load_task
 
@@ -441,6 +442,9 @@ class BenchRun:
 
     # ------------------------------------------------------------------ the run
     async def run(self) -> BenchResult:
+        # what the summary and the scorer import, checked before any sample runs (MissingExtra names the extra)
+        require("bench", "scipy", *modules_needed(self.task.scorer, self.task.offline_scorer,
+                                                  bool(self.cfg.judge_model)))
         self._prices = load_prices(self.cfg.run.prices)  # a bad price file stops the run before its folder exists
         rows = load_rows(self.cfg.data, self.task.dataset, self.task.config, self.task.split, self.cfg.ids,
                          self.cfg.limit)
