@@ -188,9 +188,10 @@ def _without(*modules: str, folder: Path) -> dict:
     return {"PYTHONPATH": path, "INSANDBOX_TEST_MISSING": ",".join(modules)}
 
 
-def test_a_command_without_its_extra_names_the_extra_in_one_line(scripted, tmp_path):
+def test_a_command_without_its_extra_names_the_extra_in_one_line(scripted, tmp_path, docker_image):
     """Regression: `insandbox report` without the bench extra ended in ModuleNotFoundError: scipy (61 lines),
-    and `bench` would have run every sample before failing at the summary."""
+    and `bench` would have run every sample before failing at the summary. (`rl rollout` loads its model
+    once the engine answers: hence the engine.)"""
     report_run = Path(__file__).parent / "data/report_run"
     srv = scripted({"turns": [{"tool": "submit"}], "llm_turns": [{"content": "Answer: A"}]})
     rows = tmp_path / "rows.jsonl"
