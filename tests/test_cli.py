@@ -114,10 +114,112 @@ def test_image_status_reports_size(docker_image):
     assert r.returncode == 1 and "does not exist" in r.stderr
 
 
-def test_engine_unreachable_is_a_clear_error(tmp_path):
-    r = cli("run", "x", "--model", "m", "--base-url", "http://127.0.0.1:9/v1", "--output-dir", str(tmp_path),
-            env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"})
-    assert r.returncode == 1 and "cannot reach the Docker engine" in r.stderr, r.stderr
+def _all_commands() -> set[str]:
+    """Every command `insandbox --help` lists, groups' commands as 'image status', 'rl export'."""
+    import typer.main
+
+    from insandbox.cli import app
+
+    out = set()
+    for name, cmd in typer.main.get_command(app).commands.items():
+        sub = getattr(cmd, "commands", None)
+        out |= {f"{name} {n}" for n in sub} if sub else {name}
+    return out
+
+
+# the commands that never talk to the sandbox engine, and what they do instead
+WITHOUT_ENGINE = {"report": "reads run folders (run below)", "view": "serves run folders",
+                  "serve-model": "serves a GGUF model", "scripted-server": "serves a script",
+                  "rl build-data": "writes task files", "rl export": "converts a checkpoint",
+                  "rl verl-data": "writes parquet files"}
+SMOKE_TASKS = Path(__file__).parents[1] / "src/insandbox/rl/trainers/presets/smoke-tasks.jsonl"
+
+
+def test_every_command_without_a_docker_engine_says_so_in_one_line(scripted, tmp_path, docker_image):
+    """Regression: `insandbox image status` printed a 392-line traceback and `rl rollout` 462 lines; each
+    command that needs the engine now says it cannot reach it, in one line, and exits 1."""
+    srv = scripted(SCRIPT)
+    recorded = tmp_path / "recorded"  # a run folder for replay and fork, made while the engine is there
+    r = cli("run", "x", "--model", "m", "--base-url", srv.url, "--image", docker_image, "--output-dir",
+            str(recorded), "-q")
+    assert r.returncode == 0, r.stderr
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps({"id": "q1", "problem_statement": "Which one?\nA. x\nB. y", "ground_truth": "A"}))
+    model = ["--model", "m", "--base-url", srv.url]
+    needs_engine = {
+        "run": ["run", "x", *model, "--output-dir", str(tmp_path / "run")],
+        "bench": ["bench", "chem", "--data", str(rows), *model, "--output-dir", str(tmp_path / "bench")],
+        "replay": ["replay", str(recorded)],
+        "fork": ["fork", str(recorded), "--step", "1", *model, "--output-dir", str(tmp_path / "fork")],
+        "clean": ["clean"],
+        "image build": ["image", "build", "--tag", "insandbox:never-built"],
+        "image build-proxy": ["image", "build-proxy"],
+        "image status": ["image", "status"],
+        "rl rollout": ["rl", "rollout", "--data", str(SMOKE_TASKS), "--out", str(tmp_path / "rollouts"), "--limit",
+                       "1"],
+        "rl train": ["rl", "train", "--preset", "smoke", "--out", str(tmp_path / "train"), "--limit", "1"],
+    }
+    assert set(needs_engine) | set(WITHOUT_ENGINE) == _all_commands()  # a new command must be added here
+    no_engine = {"DOCKER_HOST": "unix:///nonexistent/docker.sock"}
+    for name, argv in needs_engine.items():
+        r = cli(*argv, env=no_engine, timeout=600)
+        lines = r.stderr.splitlines()
+        assert r.returncode == 1 and len(lines) == 1 and r.stdout == "", (name, r.returncode, r.stderr[-3000:])
+        assert lines[0].startswith("insandbox: ") and "cannot reach the Docker engine" in lines[0], (name, lines)
+    r = cli("report", str(Path(__file__).parent / "data/report_run"), "--out", str(tmp_path / "report"), "--no-plots",
+            env=no_engine)
+    assert r.returncode == 0 and "75.0%" in r.stdout, r.stderr
+    # plain mode has no sandbox: it runs without the engine
+    r = cli("run", "x", *model, "--mode", "llm", "--output-dir", str(tmp_path / "plain"), "-q", env=no_engine)
+    assert r.returncode == 0, r.stderr
+
+
+def _without(*modules: str, folder: Path) -> dict:
+    """An environment whose Python cannot import `modules`, as on an install without their extra: a
+    sitecustomize marks them missing (None in sys.modules makes `import` raise ModuleNotFoundError)."""
+    folder.mkdir(exist_ok=True)
+    (folder / "sitecustomize.py").write_text(
+        "import os, sys\n"
+        "for name in os.environ['INSANDBOX_TEST_MISSING'].split(','):\n"
+        "    sys.modules[name] = None\n")
+    import os
+
+    path = os.pathsep.join(p for p in (str(folder), os.environ.get("PYTHONPATH", "")) if p)
+    return {"PYTHONPATH": path, "INSANDBOX_TEST_MISSING": ",".join(modules)}
+
+
+def test_a_command_without_its_extra_names_the_extra_in_one_line(scripted, tmp_path, docker_image):
+    """Regression: `insandbox report` without the bench extra ended in ModuleNotFoundError: scipy (61 lines),
+    and `bench` would have run every sample before failing at the summary. (`rl rollout` loads its model
+    once the engine answers: hence the engine.)"""
+    report_run = Path(__file__).parent / "data/report_run"
+    srv = scripted({"turns": [{"tool": "submit"}], "llm_turns": [{"content": "Answer: A"}]})
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps({"id": "q1", "problem_statement": "Which one?\nA. x\nB. y", "ground_truth": "A"}))
+    model = ["--model", "m", "--base-url", srv.url]
+    cases = [  # (missing modules, command line, the line expected)
+        (["scipy"], ["report", str(report_run), "--out", str(tmp_path / "r1"), "--no-plots"],
+         "insandbox: report needs scipy, from insandbox's bench extra: pip install 'insandbox[bench]'"),
+        (["matplotlib"], ["report", str(report_run), "--out", str(tmp_path / "r2")],
+         "insandbox: report needs matplotlib, from insandbox's bench extra: pip install 'insandbox[bench]'"),
+        (["scipy"], ["bench", "chem", "--data", str(rows), "--mode", "llm", *model, "--output-dir",
+                     str(tmp_path / "b1")],
+         "insandbox: bench needs scipy, from insandbox's bench extra: pip install 'insandbox[bench]'"),
+        (["math_verify"], ["bench", "math", "--data", str(rows), "--mode", "llm", *model, "--output-dir",
+                           str(tmp_path / "b2")],
+         "insandbox: bench needs math_verify, from insandbox's bench extra: pip install 'insandbox[bench]'"),
+        (["torch", "transformers", "trl"], ["rl", "train", "--preset", "smoke", "--out", str(tmp_path / "t")],
+         "insandbox: rl train needs torch, from insandbox's rl extra: pip install 'insandbox[rl]' (install the "
+         "torch build for your hardware first)"),
+        (["transformers"], ["rl", "rollout", "--data", str(SMOKE_TASKS), "--model", "some/model", "--out",
+                            str(tmp_path / "ro"), "--limit", "1"],
+         "insandbox: rl rollout needs transformers, from insandbox's rl extra: pip install 'insandbox[rl]'"),
+    ]
+    for modules, argv, expected in cases:
+        r = cli(*argv, env=_without(*modules, folder=tmp_path / "site"))
+        assert r.returncode == 1 and r.stderr.splitlines() == [expected], (argv[0], r.stderr[-3000:])
+    assert not (tmp_path / "b1").exists() and not (tmp_path / "b2").exists()  # checked before anything ran
+    assert srv.requests == []
 
 
 def test_image_is_built_on_first_use(scripted, tmp_path, docker_image):

@@ -1,16 +1,25 @@
-"""What reaches the operator's terminal (pure: a console writing to memory)."""
+"""What reaches the operator's terminal: pure tests on a console writing to memory, and real runs whose
+console goes to a pipe and to a terminal (a pseudo-terminal)."""
 from __future__ import annotations
 
+import fcntl
 import io
+import os
+import pty
 import re
+import struct
+import subprocess
+import sys
+import termios
 from pathlib import Path
 
 from rich.console import Console
 
-from insandbox.console import RichView, escape_controls
+from insandbox.console import RichView, escape_controls, shown
 from insandbox.core.episode import ExitReason
 from insandbox.core.trajectory import SkippedOutput, StepRecord, ToolCallRecord, Trajectory
 from insandbox.runs.session import RunResult
+from tests.helpers import cli
 
 HOSTILE = ("\x1b]52;c;cm0gLXJmIH4=\x07"  # OSC 52: write the operator's clipboard
            "\x1b[2J\x1b[H"  # clear the screen
@@ -62,6 +71,92 @@ def test_escape_controls_keeps_text_and_names_bytes():
     assert escape_controls("plain ✓ text\n\tok") == "plain ✓ text\n\tok"
     assert escape_controls("a\x00b\x7fc\x9bd") == "a\\x00b\\x7fc\\x9bd"
     assert escape_controls("name\udcff.txt") == "name\\xff.txt"  # a byte that is not UTF-8, shown as such
+
+
+def test_lone_surrogates_are_written_out_never_raised():
+    """Regression: "\\ud800" is valid JSON but no character; escaping it raised UnicodeEncodeError."""
+    assert escape_controls("echo \ud800 \udfff") == "echo \\ud800 \\udfff"
+    assert escape_controls("\ud83d\ude00") == "\\ud83d\\ude00"  # a pair left as two code points: no character
+    assert escape_controls("name\udc80\udcff") == "name\\x80\\xff"  # bytes os.fsdecode could not decode
+    assert shown("[b]\ud800") == "\\[b]\\ud800"
+    for text in ("\ud800", "\udbff\udc00x", "\udcff\x1b\ud800"):
+        shown(text).encode("utf-8")  # what is shown can be written by any UTF-8 terminal or pipe
+
+
+def test_a_step_whose_call_holds_a_lone_surrogate_is_shown():
+    view, out = _view()
+    traj = Trajectory(run_id="r")
+    call = ToolCallRecord(id="a", name="execute_bash", arguments='{"command": "echo \\ud800"}', error=True,
+                          output="error: the arguments hold U+D800")
+    view.on_step(StepRecord(index=1, started_at=0, content="look \ud800", reasoning="hm \udfff",
+                            tool_calls=[call]), traj)
+    text = out.getvalue()
+    assert "$ echo \\ud800" in text and "look \\ud800" in text and "hm \\udfff" in text
+    assert "could not show" not in text
+
+
+def test_a_view_that_cannot_show_a_step_says_so_and_the_run_goes_on():
+    """Whatever goes wrong in the view, the hook returns: the loop calls it, and an exception there would
+    end the run as internal_error."""
+    view, out = _view()
+    step = StepRecord(index=1, started_at=0, tool_calls=[ToolCallRecord(id="a", name="x", arguments="{}")])
+    step.tool_calls[0].arguments = None  # what a view cannot render
+    view.on_step(step, Trajectory(run_id="r"))
+    assert "insandbox: the console could not show this (on_step): TypeError" in out.getvalue()
+
+
+def _surrogate_server(scripted):
+    return scripted({"turns": [
+        {"tool": "execute_bash", "args": '{"command": "echo \\ud800"}'},  # valid JSON, no character
+        {"tool": "execute_bash", "args": {"command": "echo still here"}},
+        {"tool": "submit"}]})
+
+
+def _check_surrogate_run(out: str, run_dir: Path) -> None:
+    """The console showed every step, the call was refused as a tool error, and the run went on to submit."""
+    assert "internal_error" not in out and "could not show" not in out, out
+    assert "$ echo \\ud800" in out
+    assert "still here" in out and "submitted" in out
+    t = Trajectory.load(run_dir / "trajectory.json")
+    assert t.exit_reason == "submitted" and len(t.steps) == 3
+    refused = t.steps[0].tool_calls[0]
+    assert refused.error and "U+D800" in refused.output and "Nothing was run" in refused.output
+
+
+def test_a_lone_surrogate_in_a_call_is_shown_on_a_pipe_and_the_run_goes_on(scripted, docker_image, tmp_path):
+    """Regression: the console printed the call before the tool layer refused it, and the escaping raised:
+    the run ended internal_error. The regression test of the tool layer ran with -q, so it passed."""
+    srv = _surrogate_server(scripted)
+    r = cli("run", "Print it.", "--base-url", srv.url, "--model", "m", "--image", docker_image,
+            "--output-dir", str(tmp_path / "run"))
+    assert r.returncode == 0, r.stderr[-2000:]
+    _check_surrogate_run(r.stdout, tmp_path / "run")
+
+
+def test_a_lone_surrogate_in_a_call_is_shown_on_a_terminal_and_the_run_goes_on(scripted, docker_image, tmp_path):
+    srv = _surrogate_server(scripted)
+    main, child = pty.openpty()
+    fcntl.ioctl(child, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 200, 0, 0))  # 200 columns: nothing wraps
+    exe = Path(sys.executable).parent / "insandbox"
+    proc = subprocess.Popen([str(exe), "run", "Print it.", "--base-url", srv.url, "--model", "m", "--image",
+                             docker_image, "--output-dir", str(tmp_path / "run")],
+                            stdin=subprocess.DEVNULL, stdout=child, stderr=child,
+                            env={**os.environ, "TERM": "xterm-256color"})
+    os.close(child)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(main, 65536)
+        except OSError:  # EIO: the terminal's other end is closed, the run is over
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(main)
+    assert proc.wait(timeout=300) == 0
+    out = b"".join(chunks).decode("utf-8")  # a terminal gets UTF-8 only: no surrogate reached it
+    assert "\x1b[" in out  # it was a terminal: rich styled its output
+    _check_surrogate_run(re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out), tmp_path / "run")
 
 
 def test_the_cost_is_shown_per_step_and_at_the_end_and_an_unknown_price_is_said_to_be_unknown():

@@ -171,3 +171,25 @@ def test_fork_gives_independent_envs_that_go_on_from_the_episode(run_async, dock
                 await branches[1].close()
             assert snap.removed
     run_async(body())
+
+
+@pytest.mark.parametrize("tool_format", ["native", "text"])
+def test_the_hint_after_replies_without_a_call_fits_the_tool_format(tool_format, scripted, docker_image, tmp_path):
+    """Regression: with --tool-format text the hint still said "try --tool-format text". Each format's hint
+    is in the trajectory and on the console."""
+    from insandbox.core.trajectory import Trajectory
+    from tests.helpers import cli
+
+    srv = scripted({"turns": [{"content": "I would run ls."}] * 3})
+    r = cli("run", "Do it.", "--base-url", srv.url, "--model", "m", "--image", docker_image, "--max-steps", "3",
+            "--tool-format", tool_format, "--output-dir", str(tmp_path / "run"))
+    assert r.returncode == 0, r.stderr[-2000:]
+    hints = [n for s in Trajectory.load(tmp_path / "run" / "trajectory.json").steps for n in s.notes
+             if n.startswith("hint:")]
+    assert len(hints) == 1 and " ".join(hints[0].split()) in " ".join(r.stdout.split())  # shown as recorded
+    if tool_format == "text":
+        assert "try --tool-format text" not in hints[0] and "no such block was found" in hints[0]
+        assert '<tool_call>{"name": "execute_bash", "arguments": {"command": "ls"}}</tool_call>' in hints[0]
+        assert "try --tool-format native" in hints[0]
+    else:
+        assert "try --tool-format text" in hints[0] and "--jinja" in hints[0]

@@ -1,8 +1,9 @@
 """The `insandbox` command.
 
 Exit status: 0 the command did its work (a run that ended normally, whatever its exit
-reason); 1 the model server, the sandbox or insandbox failed; 2 bad arguments (one line
-on stderr, nothing created); 128+N after signal N.
+reason); 1 the model server, the sandbox or insandbox failed, or what it needs is missing (no
+Docker engine, an optional extra not installed: one line on stderr that says so); 2 bad
+arguments (one line on stderr, nothing created); 128+N after signal N.
 """
 from __future__ import annotations
 
@@ -438,7 +439,7 @@ def bench(
     from .bench.runner import BenchAborted, BenchConfig, run_bench
     from .bench.tasks import builtin_tasks, load_task
     from .config import ConfigError
-    from .console import make_console
+    from .console import make_console, shown
 
     console = make_console()
     if list_tasks:
@@ -481,8 +482,8 @@ def bench(
     out, report = write_report([result.run_dir], plots=False)
     for table in rich_tables(report):
         console.print(table)
-    console.print(f"results: {result.run_dir / 'results.jsonl'}  summary: {result.run_dir / 'summary.json'}  "
-                  f"report: insandbox report {result.run_dir}  view: insandbox view {result.run_dir}")
+    console.print(shown(f"results: {result.run_dir / 'results.jsonl'}  summary: {result.run_dir / 'summary.json'}  "
+                        f"report: insandbox report {result.run_dir}  view: insandbox view {result.run_dir}"))
 
 
 # ---------------------------------------------------------------------- the rest
@@ -497,7 +498,7 @@ def report(
 ) -> None:
     """Accuracy with confidence intervals, sandbox vs plain, capability usage, tokens, cost and time."""
     from .bench.report import rich_tables, write_report
-    from .console import make_console
+    from .console import make_console, shown
 
     try:
         out_dir, data = write_report(run_dirs, out, plots=plots, pool=pool)
@@ -506,7 +507,7 @@ def report(
     console = make_console()
     for table in rich_tables(data):
         console.print(table)
-    console.print(f"report: {out_dir / 'report.md'}, {out_dir / 'report.html'}")
+    console.print(shown(f"report: {out_dir / 'report.md'}, {out_dir / 'report.html'}"))
 
 
 @app.command()
@@ -730,11 +731,15 @@ def image_build_proxy(
 @image_app.command("status")
 def image_status(tag: Annotated[str, typer.Option(help="Image tag to look at.")] = "insandbox:latest") -> None:
     """Say whether the image exists and how big it is."""
+    from .sandbox import SandboxError
     from .sandbox.docker.image import image_exists, image_info
 
-    if not image_exists(tag):
-        _fail(f"{tag} does not exist; build it with `insandbox image build`", 1)
-    info = image_info(tag)
+    try:
+        if not image_exists(tag):
+            _fail(f"{tag} does not exist; build it with `insandbox image build`", 1)
+        info = image_info(tag)
+    except SandboxError as e:  # no engine: one line, like every other command
+        _fail(str(e), 1)
     typer.echo(f"{info.tag}: {info.size_bytes / 1e6:,.0f} MB ({info.id[:19]})")
 
 
@@ -836,11 +841,44 @@ def _click_exceptions():
     return exceptions
 
 
+def _command_of(argv: list[str]) -> str:
+    """The command as typed, for messages: 'report', 'rl export', 'image status'."""
+    words = []
+    for arg in argv:
+        if arg.startswith("-") or len(words) == (2 if words and words[0] in ("rl", "image") else 1):
+            break
+        words.append(arg)
+    return " ".join(words)
+
+
+def _missing_need(e: BaseException, command: str) -> Optional[str]:
+    """The one line for a failure that is no bug but something this machine lacks: the sandbox engine
+    (a SandboxError, also as the cause of another error) or an optional extra; None for anything else."""
+    from .extras import MissingExtra, install_hint
+    from .sandbox import SandboxError
+
+    seen = e
+    while seen is not None:
+        if isinstance(seen, SandboxError):
+            return str(seen)
+        seen = seen.__cause__
+    if isinstance(e, MissingExtra):
+        return str(e)
+    if isinstance(e, ModuleNotFoundError) and e.name:
+        return install_hint(e.name, command)
+    return None
+
+
 def main() -> None:
-    """Console entry point. Usage errors are one line and exit 2. Once the command is done
-    (everything saved, the sandbox gone) the process leaves with os._exit: the interpreter's
-    own shutdown, tearing down openai, pydantic and the Docker SDK, would add ~0.3 s to every
-    run for nothing."""
+    """Console entry point. Usage errors are one line and exit 2; a missing engine or extra is one
+    line and exit 1. Once the command is done (everything saved, the sandbox gone) the process
+    leaves with os._exit: the interpreter's own shutdown, tearing down openai, pydantic and the
+    Docker SDK, would add ~0.3 s to every run for nothing."""
+    for stream in (sys.stdout, sys.stderr):  # text no encoding can write (a lone surrogate) is written out
+        try:
+            stream.reconfigure(errors="backslashreplace")
+        except (AttributeError, ValueError):
+            pass
     exc = _click_exceptions()
     try:
         code = app(standalone_mode=False)
@@ -856,6 +894,14 @@ def main() -> None:
         code = 130
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except Exception as e:
+        line = _missing_need(e, _command_of(sys.argv[1:]))
+        if line is None:
+            raise  # a bug: its traceback is what a report needs
+        from .console import escape_controls
+
+        typer.echo(f"insandbox: {escape_controls(line)}", err=True)
+        code = 1
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

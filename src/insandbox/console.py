@@ -1,12 +1,15 @@
 """What a person sees on the terminal: one block per step as it happens, a summary at the end.
 
-Everything that comes from the sandbox or the model goes through `shown()`: control
-characters (escape sequences that clear the screen, write the clipboard with OSC 52, set
-the title, ...) are displayed escaped, never sent to the operator's terminal, and rich
-markup in it is shown as text.
+Every string printed here goes through one function, `shown()` (`escape_controls()` where
+no rich markup is involved): control characters (escape sequences that clear the screen,
+write the clipboard with OSC 52, set the title, ...) are displayed escaped, never sent to the
+operator's terminal; lone surrogates (valid JSON, "\\ud800", but no character: no terminal
+encoding can write them) are written out; and rich markup in it is shown as text. What is
+shown is a view of the run: a step the view cannot show is said to be so, and the run goes on.
 """
 from __future__ import annotations
 
+import functools
 import json
 import re
 from pathlib import Path
@@ -22,14 +25,22 @@ from .models.pricing import usd
 from .runs.session import RunResult
 
 PREVIEW_LINES = 8
-# C0 controls except tab and newline, DEL, C1 controls; and bidirectional overrides, which reorder what is shown
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# C0 controls except tab and newline, DEL, C1 controls; bidirectional overrides, which reorder what is shown;
+# and surrogates, which are no characters (from JSON's "\\ud800", or undecodable bytes kept by surrogateescape)
+_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def _written_out(ch: str) -> str:
+    code = ord(ch)
+    if 0xDC80 <= code <= 0xDCFF:  # a byte that was not UTF-8 (os.fsdecode, surrogateescape): shown as that byte
+        return f"\\x{code - 0xDC00:02x}"
+    return ch.encode("unicode_escape").decode("ascii")  # \\x1b, \\u202e, \\ud800
 
 
 def escape_controls(text: str) -> str:
-    """Text with every control character written out (\\x1b, \\r, ...), undecodable bytes as \\xNN."""
-    text = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace") if text else ""
-    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+    """Text with every control character and lone surrogate written out (\\x1b, \\r, \\ud800, ...),
+    undecodable bytes as \\xNN: printable by any terminal or pipe. Never raises."""
+    return _UNPRINTABLE.sub(lambda m: _written_out(m.group()), text) if text else ""
 
 
 def shown(text: object) -> str:
@@ -83,6 +94,22 @@ def cost_line(t: Trajectory) -> str:
     return f"{usd(t.totals.cost_usd)} [dim]({shown(price.describe())})[/dim]"
 
 
+def _never_raises(method):
+    """A RichView hook that cannot end the run: what it could not show is said on the console instead."""
+    @functools.wraps(method)
+    def guarded(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except Exception as e:  # the run and its trajectory are what matter; this is only a view of them
+            try:
+                self.console.print(f"[yellow]insandbox: the console could not show this ({method.__name__}): "
+                                   f"{shown(type(e).__name__)}: {shown(e)}; the run goes on, its trajectory "
+                                   "has everything[/yellow]")
+            except Exception:
+                pass
+    return guarded
+
+
 class RichView:
     def __init__(self, console: Optional[Console] = None, show_steps: bool = True, max_steps: Optional[int] = None):
         self.console = console or make_console()
@@ -92,6 +119,7 @@ class RichView:
         self._streaming: Optional[str] = None  # the kind of text being streamed now ("content", "reasoning")
         self._streamed_steps = 0  # steps whose reply was shown as it came
 
+    @_never_raises
     def on_delta(self, kind: str, text: str) -> None:
         """A piece of a streamed reply: shown at once, reasoning apart from the text."""
         if not self.show_steps:
@@ -108,11 +136,13 @@ class RichView:
         self.console.print(shown(text), end="", style="magenta dim" if kind == "reasoning" else "dim",
                            markup=False, highlight=False, soft_wrap=True)
 
+    @_never_raises
     def on_status(self, text: str) -> None:
         """A lasting message (e.g. 'building the image')."""
         self._stop_spinner()
         self.console.print(f"[dim]· {shown(text)}[/dim]")
 
+    @_never_raises
     def on_progress(self, text: str) -> None:
         """A transient line under a spinner (e.g. the image build's current step)."""
         if self._spinner is None:
@@ -125,6 +155,7 @@ class RichView:
             self._spinner.stop()
             self._spinner = None
 
+    @_never_raises
     def on_start(self, traj: Trajectory, run_dir: Path) -> None:
         self._stop_spinner()
         c = traj.config
@@ -138,6 +169,7 @@ class RichView:
         lines, more = _clip_lines(traj.task.get("prompt", ""), 4)
         self.console.print("[bold]task:[/bold] " + shown("\n      ".join(lines)) + (" …" if more else ""))
 
+    @_never_raises
     def on_step(self, step: StepRecord, traj: Trajectory) -> None:
         if not self.show_steps:
             return
@@ -180,6 +212,7 @@ class RichView:
                 status = "timed out"
             self.console.print(f"  └ [dim]{status} · {call.duration_s:.2f}s[/dim]")
 
+    @_never_raises
     def on_end(self, result: RunResult) -> None:
         t = result.trajectory
         tot = t.totals

@@ -250,6 +250,54 @@ def test_bench_passes_the_run_options_to_every_sample(scripted, tmp_path, docker
     assert first["params"]["tool_choice"] == "required"
     observed = srv.requests[1]["messages"][3]["content"]
     assert "characters cut from the middle" in observed and len(observed) < 1000
+    summary = json.loads((run_dir / "summary.json").read_text())  # the model called its tools: nothing to warn of
+    assert summary["tasks"]["chem"]["sandbox"]["no_tool_call"] == 0 and summary["warnings"] == []
+
+
+@pytest.mark.parametrize("tool_format", ["native", "text"])
+def test_sandbox_samples_without_a_tool_call_are_counted_and_most_of_them_warned_of(tool_format, scripted, tmp_path,
+                                                                                    docker_image):
+    """Regression: against a server whose chat template drops the tools every sandbox sample made no tool
+    call, and nothing on the console, in summary.json or in the report said so. Now each says how many,
+    per task and mode, and warns (with advice for the tool format) when it is most of them; the run warns
+    as soon as it is clear."""
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps({"id": f"q{i}", "problem_statement": f"q{i} Which one?\nA. x\nB. y",
+                                        "ground_truth": "A"}) + "\n" for i in range(5)))
+    words = [{"content": "The answer is A."}] * 3  # never a call; text mode plays llm_turns (no tools are sent)
+    srv = scripted({"turns": words, "llm_turns": words})
+    run_dir = tmp_path / "run"
+    r = cli("bench", "chem", "--data", str(rows), "--mode", "both", "--model", "m", "--base-url", srv.url,
+            "--image", docker_image, "--max-steps", "2", "--tool-format", tool_format, "--concurrency", "4",
+            "--output-dir", str(run_dir))
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = " ".join(r.stdout.split())  # the console wraps long lines
+    assert "warning: chem: 5 of the first 5 sandbox-mode samples made no tool call" in out  # during the run
+    final = ("warning: chem: 5 of 5 sandbox-mode samples made no tool call, so the sandbox-mode score measures "
+             "the model without its tools.")
+    assert final in out
+    advice = "no <tool_call> block was found" if tool_format == "text" else "try --tool-format text"
+    assert advice in out.split(final)[1]
+
+    summary = json.loads((run_dir / "summary.json").read_text())
+    sandbox, plain = summary["tasks"]["chem"]["sandbox"], summary["tasks"]["chem"]["llm"]
+    assert (sandbox["no_tool_call"], sandbox["no_tool_call_of"], sandbox["no_tool_call_share"]) == (5, 5, 1.0)
+    assert "no_tool_call" not in plain  # plain mode has no tools to call
+    assert len(summary["warnings"]) == 1 and summary["warnings"][0].startswith("chem: 5 of 5 sandbox-mode")
+    assert advice in summary["warnings"][0]
+
+    r = cli("report", str(run_dir), "--no-plots")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert final in " ".join(r.stdout.split())
+    md = (run_dir / "report" / "report.md").read_text()
+    assert "> **Warning:** chem: 5 of 5 sandbox-mode samples made no tool call" in md
+    assert "| errors | unscored | no tool call | scoring |" in md
+    sandbox_row = next(line for line in md.splitlines() if line.startswith("| m | chem | sandbox |"))
+    plain_row = next(line for line in md.splitlines() if line.startswith("| m | chem | llm |"))
+    assert "| 5 of 5 |" in sandbox_row and "| - |" in plain_row
+    html = (run_dir / "report" / "report.html").read_text()
+    assert '<p class="warning"><strong>Warning:</strong> chem: 5 of 5 sandbox-mode samples' in html
+    assert ">5 of 5</td>" in html
 
 
 def _choice_rows(path: Path) -> Path:

@@ -190,3 +190,12 @@ def test_judge_scores_by_verdict(scripted, run_async):
         await judge.client.close()
     run_async(body())
 
+
+
+def test_the_math_scorer_without_math_verify_refuses_to_start(monkeypatch):
+    """Regression: without math-verify every answer was "a parser crash", scored 0 as wrong."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "math_verify", None)  # as on an install without the bench extra
+    with pytest.raises(ModuleNotFoundError):
+        make_scorer("math")

@@ -69,3 +69,21 @@ def record_bench(out: Path, image: str) -> Path:
     finally:
         srv.stop()
     return result.run_dir
+
+
+def record_bench_without_tool_calls(out: Path, image: str) -> Path:
+    """The same two items in sandbox mode against a model that never calls a tool (a server whose chat
+    template drops the tools looks like this)."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    data = out.parent / f"{out.name}-rows.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    srv = ScriptedServer({"name": "no-tools", "turns": [{"content": "The answer is A."}] * 3}).start()
+    try:
+        result = asyncio.run(run_bench(BenchConfig(task="chem", data=data, mode="sandbox", repeats=1, concurrency=2,
+                                                   output_dir=out, run=RunConfig(model="no-tools", base_url=srv.url,
+                                                                                 image=image, max_steps=2))))
+    finally:
+        srv.stop()
+    data.unlink()
+    return result.run_dir

@@ -122,6 +122,44 @@ def test_the_benchmark_shows_its_report_figures_and_opens_report_html(viewer, pa
     assert page.errors == []
 
 
+def test_the_benchmark_shows_how_many_sandbox_samples_made_no_tool_call(viewer, docker_image, tmp_path, page):
+    """Regression: a benchmark whose model never had its tools looked like any other. The summary (and the
+    live tally of a benchmark still running) counts the sandbox samples without a tool call, and warns when
+    they are most of them."""
+    page.goto(viewer.url(f"/b/{BENCH}"))  # the model called its tools: no warning
+    cells = page.locator("table.summary-table td.no-tool-call")
+    assert cells.all_inner_texts() == ["0 of 2", "–"]  # sandbox, plain
+    assert page.locator("#bench-summary .warning").count() == 0 and page.locator("td.no-tool-call.warn").count() == 0
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tests.viewer.recorded import record_bench_without_tool_calls
+
+    root = tmp_path / "runs"
+    with ThreadPoolExecutor(1) as thread:  # its own event loop: Playwright's runs in this thread
+        thread.submit(record_bench_without_tool_calls, root / "bench-no-tools", docker_image).result()
+    shutil.copytree(root / "bench-no-tools", root / "bench-running")
+    (root / "bench-running" / "summary.json").unlink()  # as while it runs: the tally counts from the records
+    served = serve(root)
+    try:
+        url = served.url(f"/b/{folder_id('bench-no-tools')}")
+        page.goto(url)
+        warning = page.locator("#bench-summary p.warning")
+        assert warning.count() == 1
+        text = " ".join(warning.inner_text().split())
+        assert text.startswith("warning: chem: 2 of 2 sandbox-mode samples made no tool call") and \
+            "try --tool-format text" in text
+        cell = page.locator("table.summary-table td.no-tool-call")
+        assert cell.inner_text() == "2 of 2" and "warn" in cell.get_attribute("class")
+        page.goto(served.url(f"/b/{folder_id('bench-running')}"))
+        tally = page.locator("table.tally td.no-tool-call")
+        assert tally.inner_text() == "2 of 2" and "warn" in tally.get_attribute("class")
+        assert page.locator("#bench-summary p.warning").count() == 1
+        assert page.errors == []
+    finally:
+        served.stop()
+
+
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 

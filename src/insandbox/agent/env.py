@@ -44,6 +44,22 @@ log = logging.getLogger(__name__)
 
 NUDGE = "Continue with execute_bash or str_replace_editor, or call submit if the task is done."
 MAX_ANSWER_BYTES = 1024 * 1024
+TEXT_CALL_EXAMPLE = '<tool_call>{"name": "execute_bash", "arguments": {"command": "ls"}}</tool_call>'
+
+
+def no_calls_hint(n: int, tool_format: str = "native") -> str:
+    """The note the trajectory and the console get after `n` replies in a row without a tool call: the likely
+    cause and what to try, for the tool format in use (text mode has no server template to blame)."""
+    if tool_format == "text":
+        return (f"hint: none of the model's last {n} replies held a tool call. With --tool-format text, calls are "
+                f"read from the reply, written as {TEXT_CALL_EXAMPLE} (or that JSON alone); no such block was "
+                "found. If the model writes its calls another way, say so in its prompt (--prompt-config); if its "
+                "server parses tool calls (vLLM --enable-auto-tool-choice, llama-server --jinja), try "
+                "--tool-format native.")
+    return (f"hint: the model server has returned no tool call for {n} replies in a row. If its chat template "
+            "or tool parser does not handle tools (llama-server without --jinja, vLLM without "
+            "--enable-auto-tool-choice --tool-call-parser ..., a model trained without tools), try "
+            "--tool-format text: the tools then go into the system prompt and calls are read from the text.")
 
 
 @dataclass

@@ -24,15 +24,11 @@ from ..core.episode import Episode, ExitReason, Limits
 from ..core.trajectory import FailedRequest, StepRecord, ToolCallRecord, Trajectory
 from ..models.base import ModelClient, ModelError, ModelReply
 from ..prompts import PromptConfig
-from .env import SandboxEnv, StepResult, Task
+from .env import SandboxEnv, StepResult, Task, no_calls_hint
 
 StepHook = Callable[[StepRecord, Trajectory], None]
 T = TypeVar("T")
 NO_CALLS_HINT_AFTER = 3  # replies in a row without a tool call before the hint
-NO_CALLS_HINT = ("hint: the model server has returned no tool call for {n} replies in a row. If its chat template "
-                 "or tool parser does not handle tools (llama-server without --jinja, vLLM without "
-                 "--enable-auto-tool-choice --tool-call-parser ..., a model trained without tools), try "
-                 "--tool-format text: the tools then go into the system prompt and calls are read from the text.")
 
 
 class TimeUp(Exception):
@@ -75,7 +71,7 @@ async def _loop(env: SandboxEnv, model: ModelClient, starting: asyncio.Future, t
             step = step_record(len(traj.steps) + 1, reply, result)
             no_calls = 0 if reply.tool_calls or reply.tool_call_errors else no_calls + 1
             if no_calls == NO_CALLS_HINT_AFTER and not reply.tool_calls_from_text:
-                step.notes.append(NO_CALLS_HINT.format(n=no_calls))
+                step.notes.append(no_calls_hint(no_calls, traj.config.get("tool_format", "native")))
             traj.add_step(step)
             if save:
                 save()

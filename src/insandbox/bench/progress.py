@@ -9,11 +9,12 @@ from pathlib import Path
 from typing import Optional
 
 from rich.console import Console
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
+from ..console import shown
 from ..models.pricing import usd
+from . import degraded
 from .eta import SessionEta, format_eta
 
 
@@ -37,15 +38,19 @@ class RichBenchProgress:
         self.tokens = 0
         self.cost: Optional[float] = None  # this session's; None until a sample has a known cost
         self.errors = 0
+        self.no_tool_call = 0  # sandbox samples that made no tool call (bench/degraded.py)
 
     def on_status(self, text: str) -> None:
-        self.console.print(f"[dim]· {escape(text)}[/dim]")
+        if text.startswith("warning:"):  # the run may not measure what it should: not to be missed
+            self.console.print(f"[yellow]{shown(text)}[/yellow]")
+        else:
+            self.console.print(f"[dim]· {shown(text)}[/dim]")
 
     def on_progress(self, text: str) -> None:
         pass  # image build lines: the bar is not up yet; on_status says what happens
 
     def on_start(self, total: int, already_done: int, run_dir: Path, concurrency: int) -> None:
-        self.console.print(f"run folder: {escape(str(run_dir))}" +
+        self.console.print(f"run folder: {shown(run_dir)}" +
                            (f" ({already_done} of {total} samples already done)" if already_done else ""))
         self.eta = SessionEta(todo=total - already_done, concurrency=concurrency)
         self.progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -64,6 +69,8 @@ class RichBenchProgress:
             self.eta.finish((record["id"], record["mode"], record["repeat"]), time.monotonic())
         if record.get("error"):
             self.errors += 1
+        if degraded.counted([record]) and record["tool_calls"] == 0:
+            self.no_tool_call += 1
         elif record.get("score") is not None:
             self.scores.setdefault(record["mode"], []).append(float(record["score"]))
         self.tokens += (record.get("prompt_tokens") or 0) + (record.get("completion_tokens") or 0)
@@ -73,6 +80,8 @@ class RichBenchProgress:
         acc = " ".join(f"{m} {sum(v) / len(v):.1%}" for m, v in sorted(self.scores.items()) if v)
         if self.errors:
             acc += f" [red]{self.errors} errors[/red]"
+        if self.no_tool_call:
+            acc += f" [yellow]{self.no_tool_call} without a tool call[/yellow]"
         if self.progress is not None:
             self.progress.update(self.bar, advance=1, acc=acc, tok=tok)
 

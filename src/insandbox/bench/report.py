@@ -6,7 +6,8 @@ group) has a label: its model and the settings that tell it apart. For every run
 mode: accuracy with a 95% interval; sandbox minus plain on the same items of the same run with
 McNemar's test; for choice tasks, how many samples the strict and the reference extraction
 judge differently; how often the model used external resources, file management and
-computation (sandbox turns); tokens per sample split into initial prompt, completion and
+computation (sandbox turns); how many sandbox samples made no tool call (a warning when most did:
+their score is that of the model without its tools); tokens per sample split into initial prompt, completion and
 environment (tool output), and the sandbox/plain token ratio; what the samples cost (in all,
 per sample, per correct answer; unknown where the model had no price); model versus tool time
 and samples per minute; each item's score per mode. Written as report.md, report.json, PNG figures
@@ -24,7 +25,7 @@ from typing import Optional
 from ..analysis.accounting import cost_summary
 from ..analysis.capability import CAPABILITIES, usage
 from ..models.pricing import Price, usd
-from . import stats
+from . import degraded, stats
 from .experiment import Unit, same_settings, show, units_of
 
 
@@ -156,8 +157,9 @@ def runs_section(units: list[Unit]) -> list[dict]:
 def analyse(groups: dict[Key, Group], units: Optional[list[Unit]] = None) -> dict:
     """Every number of the report, as data (report.json)."""
     out: dict = {"runs": runs_section(units or []), "accuracy": [], "paired": [], "choice_extractions": [],
-                 "capabilities": [], "tokens": [], "token_ratio": [], "cost": [], "time": []}
+                 "capabilities": [], "tokens": [], "token_ratio": [], "cost": [], "time": [], "warnings": []}
     order = {u.label: i for i, u in enumerate(units or [])}  # runs in the order given
+    tool_format = {u.label: u.settings.get("tool_format") for u in units or []}
 
     def ordered(items):
         return sorted(items, key=lambda kv: (order.get(kv[0][0], len(order)), kv[0]))
@@ -166,8 +168,14 @@ def analyse(groups: dict[Key, Group], units: Optional[list[Unit]] = None) -> dic
         who = {"run": run, "model": g.model, "task": task}
         acc = stats.accuracy(g.records)
         methods = sorted({r.get("score_method") for r in g.records if r.get("score_method")})
+        tools = degraded.no_tool_call(g.records) if mode == "sandbox" else \
+            {"no_tool_call": None, "no_tool_call_of": None, "no_tool_call_share": None}
         out["accuracy"].append({**who, "mode": mode, **acc, "score_method": "; ".join(methods),
-                                "approximate": any(r.get("approximate") for r in g.records)})
+                                "approximate": any(r.get("approximate") for r in g.records), **tools})
+        if mode == "sandbox" and degraded.is_most(tools["no_tool_call"], tools["no_tool_call_of"]):
+            label = task if len(order) < 2 else f"{task} ({run})"
+            out["warnings"].append(degraded.warning(label, tools["no_tool_call"], tools["no_tool_call_of"],
+                                                    tool_format.get(run)))
         choice = choice_row(g)
         if choice is not None:
             out["choice_extractions"].append({**who, "mode": mode, **choice})
@@ -214,14 +222,22 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
+def _no_tool_call(a: dict) -> str:
+    """'3 of 4' for sandbox mode; '-' for plain mode and for results that did not record their tool calls."""
+    if not a.get("no_tool_call_of"):
+        return "-"
+    return f"{a['no_tool_call']} of {a['no_tool_call_of']}"
+
+
 def accuracy_rows(data: dict) -> list[list[str]]:
     return [[a["run"], a["task"], a["mode"], str(a["items"]), str(a["n"]),
              _pct(a["accuracy"]) + (" (approx.)" if a["approximate"] else ""),
              f"{_pct(a['ci95'][0])} - {_pct(a['ci95'][1])}" if a["ci95"] else "-",
-             str(a["errors"]), str(a["unscored"]), a["score_method"]] for a in data["accuracy"]]
+             str(a["errors"]), str(a["unscored"]), _no_tool_call(a), a["score_method"]] for a in data["accuracy"]]
 
 
-ACC_HEADER = ["run", "task", "mode", "items", "samples", "accuracy", "95% CI", "errors", "unscored", "scoring"]
+ACC_HEADER = ["run", "task", "mode", "items", "samples", "accuracy", "95% CI", "errors", "unscored", "no tool call",
+              "scoring"]
 CHOICE_HEADER = ["run", "task", "mode", "samples", "judged differently", "strict", "reference", "strict only right",
                  "reference only right"]
 
@@ -244,12 +260,19 @@ class Table:
 
 
 @dataclass
+class Alert:
+    """A paragraph that must not be missed: the results may not measure what they seem to."""
+
+    text: str
+
+
+@dataclass
 class Section:
     """One part of the report: a title, then paragraphs (`code` in backticks) and tables, in order. report.md and
     report.html both render these, so they say the same."""
 
     title: str
-    blocks: list  # of str (a paragraph) and Table
+    blocks: list  # of str (a paragraph), Alert and Table
     anchor: str = ""
 
 
@@ -300,11 +323,12 @@ def sections(data: dict, runs_always: bool = False) -> list[Section]:
     out = []
     if runs_always or len(data["runs"]) > 1 or any(r["pooled"] for r in data["runs"]):
         out.append(Section("Runs", runs_blocks(data), "runs"))
-    out.append(Section("Accuracy", [
+    out.append(Section("Accuracy", [Alert(w) for w in data.get("warnings", [])] + [
         "Intervals: Wilson for one binary sample per item, else a t-interval over item means (repeats of an "
         "item are not independent). Errors are infrastructure failures (model server, sandbox), not counted "
         "as wrong; unscored samples are answers that could not be checked. \"approx.\" marks an offline "
-        "approximation of the paper's LLM judge.",
+        "approximation of the paper's LLM judge. No tool call: the sandbox-mode samples (of those that ran "
+        "without an error) in which the model called no tool, not even submit.",
         Table(ACC_HEADER, accuracy_rows(data))], "accuracy"))
     if data["paired"]:
         out.append(Section("Sandbox mode against plain mode (same run, same items, same repeats)", [
@@ -367,7 +391,10 @@ def markdown(data: dict, run_dirs: list[Path], figures: list[str]) -> str:
     for section in sections(data):
         parts += [f"## {section.title}", ""]
         for block in section.blocks:
-            parts += [_table(block.header, block.rows) if isinstance(block, Table) else block, ""]
+            if isinstance(block, Alert):
+                parts += [f"> **Warning:** {block.text}", ""]
+            else:
+                parts += [_table(block.header, block.rows) if isinstance(block, Table) else block, ""]
     if figures:
         parts += ["## Figures", ""] + [f"![{Path(f).stem}]({Path(f).name})" for f in figures] + [""]
     return "\n".join(parts)
@@ -398,22 +425,27 @@ def write_report(run_dirs: list[Path], out_dir: Optional[Path] = None, plots: bo
 
 
 def rich_tables(data: dict):
-    """The accuracy, paired, cost and choice-extraction tables for the terminal."""
+    """The accuracy, paired, cost and choice-extraction tables for the terminal, then the warnings. Names from
+    the runs are shown as text (console.shown), never as markup or terminal controls."""
     from rich.table import Table
+    from rich.text import Text
+
+    from ..console import shown
 
     acc = Table(title="accuracy")
     for h in ACC_HEADER[:-1]:
-        acc.add_column(h, justify="right" if h in ("items", "samples", "errors", "unscored") else "left")
+        acc.add_column(h, justify="right" if h in ("items", "samples", "errors", "unscored", "no tool call")
+                       else "left")
     for row in accuracy_rows(data):
-        acc.add_row(*row[:-1])
+        acc.add_row(*map(shown, row[:-1]))
     tables = [acc]
     if data["paired"]:
         pt = Table(title="sandbox - plain (paired, within a run)")
         for h in ("run", "task", "pairs", "diff", "95% CI", "test", "p"):
             pt.add_column(h)
         for p in data["paired"]:
-            pt.add_row(p["run"], p["task"], str(p["pairs"]), f"{100 * p['diff']:+.1f} pt", _ci(*p["diff_ci95"]),
-                       p["test"] or "-", _p(p["p_value"]))
+            pt.add_row(shown(p["run"]), shown(p["task"]), str(p["pairs"]), f"{100 * p['diff']:+.1f} pt",
+                       _ci(*p["diff_ci95"]), p["test"] or "-", _p(p["p_value"]))
         tables.append(pt)
     if has_cost(data):
         cost = Table(title="cost (USD)")
@@ -421,13 +453,15 @@ def rich_tables(data: dict):
             cost.add_column(h, justify="right" if h in ("samples", "in all", "per sample", "per correct answer")
                             else "left")
         for row in cost_rows(data):
-            cost.add_row(*row)
+            cost.add_row(*map(shown, row))
         tables.append(cost)
     if data["choice_extractions"]:
         ct = Table(title="choice letters: strict vs reference extraction")
         for h in CHOICE_HEADER:
             ct.add_column(h)
         for row in choice_rows(data):
-            ct.add_row(*row)
+            ct.add_row(*map(shown, row))
         tables.append(ct)
+    for w in data.get("warnings", []):
+        tables.append(Text("warning: " + shown(w), style="yellow"))
     return tables

@@ -16,7 +16,7 @@ from typing import Optional, Union
 
 from markupsafe import Markup, escape
 
-from .report import Section, Table, sections
+from .report import Alert, Section, Table, sections
 
 ITEM_LIMIT = 200  # rows of the items table; all of them are in report.json
 SETTING_CHARS = 400  # longer setting values (prompts) are cut
@@ -128,7 +128,7 @@ def render_report_html(data: dict, figures: Iterable[Figure] = (), run_dirs: Opt
                       undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters["inline"] = inline
     sections_ = ("runs", "accuracy", "paired", "choice_extractions", "capabilities", "tokens", "token_ratio", "cost",
-                 "time", "poolable", "items")
+                 "time", "poolable", "items", "warnings")
     data = {**dict.fromkeys(sections_, []), **data}  # a report.json of an older version lacks some
     if run_dirs is None:
         run_dirs = [f for r in data.get("runs") or [] for f in r["folders"]]
@@ -139,7 +139,8 @@ def render_report_html(data: dict, figures: Iterable[Figure] = (), run_dirs: Opt
         if f["where"] not in anchors:
             f["where"] = "figures"
     page = [{"title": s.title, "anchor": s.anchor,
-             "blocks": [_table(b) if isinstance(b, Table) else {"kind": "p", "text": b} for b in s.blocks],
+             "blocks": [_table(b) if isinstance(b, Table) else {"kind": "alert", "text": b.text}
+                        if isinstance(b, Alert) else {"kind": "p", "text": b} for b in s.blocks],
              "figures": [f for f in figs if f["where"] == s.anchor]} for s in parts]
     labels = list(dict.fromkeys(r["run"] for r in data.get("runs") or []))
     return env.get_template("report.html.j2").render(

@@ -38,6 +38,7 @@ from ..config import ConfigError, RunConfig, restored
 from ..core.episode import ExitReason
 from ..core.redact import redact, secrets_in
 from ..core.trajectory import now_iso
+from ..extras import require
 from ..models.base import ModelClient
 from ..models.openai_compat import OpenAIChatClient
 from ..models.pricing import Price, PriceTable, load_prices
@@ -45,9 +46,9 @@ from ..prompts import PromptConfig, load_prompt_overrides
 from ..runs.session import arun, make_model_client, prepare_sandbox, price_of
 from ..sandbox import backend_class
 from ..sandbox.pool import SandboxPool
-from . import stats
+from . import degraded, stats
 from .data import Row, load_rows
-from .scorers import JudgeSettings, Scorer, make_scorer
+from .scorers import JudgeSettings, Scorer, make_scorer, modules_needed
 from .store import ResultStore, latest, sample_key, write_atomic
 from .tasks import TaskSpec, load_task
 
@@ -278,6 +279,8 @@ class BenchRun:
         self._recorded: set[tuple[str, str, int]] = set()  # samples with a record when the session began
         self.pool: Optional[SandboxPool] = None
         self._sandbox_samples_left = 0  # sandbox samples that have not begun yet (the pool's demand)
+        self._tool_use = [0, 0]  # this session's sandbox samples: [without a tool call, counted] (degraded.py)
+        self._warned_no_calls = False
 
     # ------------------------------------------------------------------ set-up
     def _save_config(self, rows: list[Row]) -> None:
@@ -439,6 +442,9 @@ class BenchRun:
 
     # ------------------------------------------------------------------ the run
     async def run(self) -> BenchResult:
+        # what the summary and the scorer import, checked before any sample runs (MissingExtra names the extra)
+        require("bench", "scipy", *modules_needed(self.task.scorer, self.task.offline_scorer,
+                                                  bool(self.cfg.judge_model)))
         self._prices = load_prices(self.cfg.run.prices)  # a bad price file stops the run before its folder exists
         rows = load_rows(self.cfg.data, self.task.dataset, self.task.config, self.task.split, self.cfg.ids,
                          self.cfg.limit)
@@ -485,6 +491,7 @@ class BenchRun:
             finished += 1
             self._infra_streak = self._infra_streak + 1 if record.get("error") else 0
             self.progress.on_sample(record)
+            self._watch_tool_use(record)
             if self._stop is not None:
                 raise self._stop
             if self._infra_streak >= MAX_CONSECUTIVE_INFRA:
@@ -519,9 +526,23 @@ class BenchRun:
             raise self._unwritable(e) from e
         return BenchResult(self.run_dir, summary, latest(self.store.load()))
 
+    def _watch_tool_use(self, record: dict) -> None:
+        """Say once, as soon as it is clear, that most sandbox samples make no tool call: the run may be
+        measuring a model without its tools (a server that drops them), and the user may stop it."""
+        if self._warned_no_calls or not degraded.counted([record]):
+            return
+        self._tool_use[0] += record["tool_calls"] == 0
+        self._tool_use[1] += 1
+        none, of = self._tool_use
+        if of >= degraded.EARLY_SAMPLES and degraded.is_most(none, of):
+            self._warned_no_calls = True
+            self.progress.on_status("warning: " + degraded.warning(self.task.name, none, of, self.cfg.run.tool_format,
+                                                                   so_far=True))
+
     def write_summary(self, session_wall_s: float = 0.0, session_samples: int = 0) -> dict:
         records = latest(self.store.load())
         summary = stats.summarize(records)
+        summary["warnings"] = degraded.warnings(summary["tasks"], self.cfg.run.tool_format)
         summary.update(task=self.task.name, model=getattr(self.client, "name", None) or self.cfg.run.model,
                        price=self.price.model_dump() if self.price else None,
                        modes=self.modes, repeats=self.repeats, samples=len(records),

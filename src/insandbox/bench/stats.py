@@ -15,6 +15,7 @@ from collections import defaultdict
 from typing import Optional
 
 from ..analysis.accounting import cost_summary
+from . import degraded
 
 
 def wilson(k: float, n: int, z: float = 1.959964) -> tuple[float, float]:
@@ -116,8 +117,8 @@ def paired(sandbox: list[dict], plain: list[dict]) -> Optional[dict]:
 
 
 def summarize(records: list[dict]) -> dict:
-    """summary.json: per task and mode (accuracy, cost), the paired comparison where both modes ran, and
-    the cost of the whole benchmark."""
+    """summary.json: per task and mode (accuracy, cost; in sandbox mode the samples with no tool call), the
+    paired comparison where both modes ran, and the cost of the whole benchmark."""
     groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
     for r in records:
         groups[(r["task"], r["mode"])].append(r)
@@ -130,6 +131,8 @@ def summarize(records: list[dict]) -> dict:
         entry[mode]["score_method"] = sorted(methods)[0] if len(methods) == 1 else sorted(methods)
         entry[mode]["approximate"] = any(r.get("approximate") for r in recs)
         entry[mode].update(cost_summary(recs))
+        if mode == "sandbox":  # samples with no tool call: a score of the model without its tools (degraded.py)
+            entry[mode].update(degraded.no_tool_call(recs))
     for task, entry in out["tasks"].items():
         if "sandbox" in entry and "llm" in entry:
             entry["sandbox_vs_llm"] = paired(groups[(task, "sandbox")], groups[(task, "llm")])

@@ -19,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, RedirectResponse, Response
 from starlette.routing import Route
 
+from ..bench import degraded
 from ..bench.stats import accuracy
 from . import files as F
 from .guard import RAW_CSP
@@ -343,7 +344,8 @@ def _items(bench: BenchEntry) -> list[dict]:
 
 def _tally(bench: BenchEntry) -> dict[str, dict]:
     """Per mode, from the records as they are now (for a run still going): the benchmark's own accuracy
-    summary (bench/stats.py), with every sample counted, errors and unscored ones included."""
+    summary (bench/stats.py), with every sample counted, errors and unscored ones included; in sandbox mode
+    the samples that made no tool call (bench/degraded.py)."""
     by_mode: dict[str, list[dict]] = {}
     for r in bench.records:
         by_mode.setdefault(r.get("mode", "?"), []).append(r)
@@ -351,6 +353,8 @@ def _tally(bench: BenchEntry) -> dict[str, dict]:
     for mode, recs in by_mode.items():
         acc = accuracy(recs)
         out[mode] = {"samples": len(recs), "mean": acc["accuracy"], "errors": acc["errors"]}
+        if mode == "sandbox":
+            out[mode].update(degraded.no_tool_call(recs))
     return out
 
 
@@ -359,8 +363,13 @@ def _bench_context(request: Request, bench: BenchEntry) -> dict:
     figures = sorted(p.name for p in report.glob("*.png")) if report.is_dir() else []
     expected = len(bench.meta.get("row_ids") or []) * len(bench.meta.get("modes") or []) * \
         int(bench.meta.get("repeats") or 1)
+    tally = _tally(bench)
+    # from the records as they are now, so a running benchmark warns as soon as most samples made no call
+    tool_format = (bench.meta.get("config", {}).get("run") or {}).get("tool_format")
+    warnings = degraded.warnings({bench.task: {"sandbox": tally.get("sandbox", {})}}, tool_format)
     return dict(bench=bench, figures=figures, report_html=(report / "report.html").is_file(),
-                report_md=(report / "report.md").is_file(), tally=_tally(bench), expected=expected)
+                report_md=(report / "report.md").is_file(), tally=tally, expected=expected, warnings=warnings,
+                most=degraded.is_most)
 
 
 def bench_page(request: Request) -> Response:

@@ -11,6 +11,14 @@ from ..data import Row
 from .base import Scorer, ScoreResult, last_boxed, strip_thinking
 
 BUILTIN = ("math", "choice", "choice-reference", "ifbench", "judge", "exact", "rouge")
+MODULES = {"math": ("math_verify",), "ifbench": ("if_verifiable",), "rouge": ("rouge_score",)}  # of the bench extra
+
+
+def modules_needed(name: str, offline: Optional[str] = None, judge: bool = False) -> tuple[str, ...]:
+    """The optional modules the scorer `make_scorer(name, offline, judge)` gives will import."""
+    if name == "judge":
+        return () if judge else MODULES.get(offline or "exact", ())
+    return MODULES.get(name, ())
 
 
 class Approximation:
@@ -89,4 +97,5 @@ def make_scorer(name: str, offline: Optional[str] = None, judge: Optional[JudgeS
     return _builtin(name)
 
 
-__all__ = ["BUILTIN", "JudgeSettings", "ScoreResult", "Scorer", "last_boxed", "make_scorer", "strip_thinking"]
+__all__ = ["BUILTIN", "JudgeSettings", "ScoreResult", "Scorer", "last_boxed", "make_scorer", "modules_needed",
+           "strip_thinking"]

@@ -40,8 +40,10 @@ class IFBench:
         try:
             self.registry = _registry()
         except ImportError:
-            raise RuntimeError("the instruct_follow scorer needs if-verifiable (Python >= 3.11): "
-                               "pip install 'insandbox[bench]'") from None
+            from ...extras import MissingExtra
+
+            raise MissingExtra("the instruct_follow scorer needs if-verifiable (Python >= 3.11): "
+                               "pip install 'insandbox[bench]'", name="if_verifiable") from None
 
     async def score(self, answer: str, row: Row) -> ScoreResult:
         spec = json.loads(row.ground_truth)

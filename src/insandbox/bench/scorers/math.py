@@ -17,6 +17,9 @@ class MathVerify:
     method = "math-verify on the last \\boxed{}"
     approximate = False
 
+    def __init__(self):
+        import math_verify  # noqa: F401  (missing, it would fail every answer below, each scored 0 as wrong)
+
     async def score(self, answer: str, row: Row) -> ScoreResult:
         text = strip_thinking(answer)
         pred = last_boxed(text)

