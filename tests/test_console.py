@@ -15,7 +15,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from insandbox.console import RichView, escape_controls, shown
+from insandbox.cli.console import RichView, escape_controls, shown
 from insandbox.core.episode import ExitReason
 from insandbox.core.trajectory import SkippedOutput, StepRecord, ToolCallRecord, Trajectory
 from insandbox.runs.session import RunResult

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-from ..console import shown
+from ..core.text import shown
 from ..models.pricing import usd
 from . import degraded
 from .eta import SessionEta, format_eta

@@ -430,7 +430,7 @@ def rich_tables(data: dict):
     from rich.table import Table
     from rich.text import Text
 
-    from ..console import shown
+    from ..core.text import shown
 
     acc = Table(title="accuracy")
     for h in ACC_HEADER[:-1]:

@@ -15,7 +15,7 @@ DIFFS_SHOWN = 5  # diffs printed under the table; the JSON report has all of the
 
 def _arguments(tool: str, raw: str) -> str:
     """What a call did, on one line (the command, the editor operation), control characters escaped."""
-    from ..console import describe_call, escape_controls
+    from ..core.text import describe_call, escape_controls
     from ..core.trajectory import ToolCallRecord
 
     text = " ".join(describe_call(ToolCallRecord(id="", name=tool, arguments=raw)).split())
@@ -23,7 +23,7 @@ def _arguments(tool: str, raw: str) -> str:
 
 
 def print_report(report: ReplayReport, console: Console) -> None:
-    from ..console import escape_controls
+    from ..core.text import escape_controls
 
     table = Table(title=f"replay of {report.run_dir}", title_justify="left")
     for col in ("step", "call", "tool", "arguments", "observation"):

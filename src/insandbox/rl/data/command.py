@@ -67,7 +67,7 @@ def build_data(
                                                         "already has them.")] = False,
 ) -> None:
     """Build context tasks (material as files in /testbed/documents) from reading-comprehension data."""
-    from ...cli import _fail
+    from ...cli.common import _fail
     from .build import build
     from .output import HELDOUT, OUTPUTS, existing_outputs, write
     from .settings import Settings

@@ -41,7 +41,7 @@ def rollout(
                                                              "ADDRESS (the policy stays on this machine).")] = None,
 ) -> None:
     """Run token-level rollouts of task rows in sandboxes and write one record per rollout."""
-    from ...cli import _fail, _run_until_done
+    from ...cli.common import _fail, _run_until_done
     from ..rewards import RewardConfig
     from .runner import RolloutConfig
 

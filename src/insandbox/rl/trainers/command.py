@@ -33,7 +33,7 @@ def train(
                                                        min=1)] = None,
 ) -> None:
     """Train a policy with GRPO (TRL) on context tasks, its rollouts in real sandboxes."""
-    from ...cli import _fail
+    from ...cli.common import _fail
     from .config import ConfigError, load_config, preset_names
 
     if config is None and preset is None:
@@ -56,7 +56,7 @@ def _text(path: Optional[Path]) -> Optional[str]:
 
 
 def _train(settings) -> None:
-    from ...cli import _fail
+    from ...cli.common import _fail
     from ...config import ConfigError as RunConfigError
     from ...sandbox import SandboxError, kill_all_now
     from .config import ConfigError
@@ -86,7 +86,7 @@ def export(
         help="Load the GGUF in llama.cpp and compare its greedy tokens with the checkpoint's.")] = True,
 ) -> None:
     """Export a trained checkpoint to GGUF (for the embedded server and `insandbox bench --gguf`)."""
-    from ...cli import _fail
+    from ...cli.common import _fail
     from .export import OUTTYPES, ExportError, compare_greedy, export_gguf
 
     if not (checkpoint / "config.json").is_file():

@@ -1,0 +1,72 @@
+"""The `insandbox` command: the Typer app, its commands (one module each in this folder) and main().
+
+Exit status: 0 the command did its work (a run that ended normally, whatever its exit
+reason); 1 the model server, the sandbox or insandbox failed, or what it needs is missing (no
+Docker engine, an optional extra not installed: one line on stderr that says so); 2 bad
+arguments (one line on stderr, nothing created); 128+N after signal N.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+import typer
+
+from . import bench, clean, image, replay, rl, run, serve, view
+from .common import _click_exceptions, _command_of, _missing_need
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+                  help="Give a language model a computer: run it in a Docker sandbox with bash, an editor and submit.")
+image_app = typer.Typer(no_args_is_help=True, help="Build and inspect the sandbox image.")
+app.add_typer(image_app, name="image")
+app.add_typer(rl.app, name="rl")
+app.command("run")(run.run)
+app.command("bench")(bench.bench)
+app.command("report")(bench.report)
+app.command("replay")(replay.replay)
+app.command("fork")(replay.fork)
+app.command("clean")(clean.clean)
+app.command("view")(view.view)
+app.command("serve-model")(serve.serve_model)
+app.command("scripted-server")(serve.scripted_server)
+image_app.command("build")(image.image_build)
+image_app.command("build-proxy")(image.image_build_proxy)
+image_app.command("status")(image.image_status)
+
+
+def main() -> None:
+    """Console entry point. Usage errors are one line and exit 2; a missing engine or extra is one
+    line and exit 1. Once the command is done (everything saved, the sandbox gone) the process
+    leaves with os._exit: the interpreter's own shutdown, tearing down openai, pydantic and the
+    Docker SDK, would add ~0.3 s to every run for nothing."""
+    for stream in (sys.stdout, sys.stderr):  # text no encoding can write (a lone surrogate) is written out
+        try:
+            stream.reconfigure(errors="backslashreplace")
+        except (AttributeError, ValueError):
+            pass
+    exc = _click_exceptions()
+    try:
+        code = app(standalone_mode=False)
+        code = code if isinstance(code, int) else 0
+    except exc.NoArgsIsHelpError as e:  # `insandbox` alone: the help, as asked
+        typer.echo(e.ctx.get_help() if e.ctx else e.format_message())
+        code = 0
+    except exc.UsageError as e:
+        path = e.ctx.command_path if e.ctx else "insandbox"
+        typer.echo(f"insandbox: {e.format_message()} (see {path} --help)", err=True)
+        code = 2
+    except typer.Abort:
+        code = 130
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except Exception as e:
+        line = _missing_need(e, _command_of(sys.argv[1:]))
+        if line is None:
+            raise  # a bug: its traceback is what a report needs
+        from .console import escape_controls
+
+        typer.echo(f"insandbox: {escape_controls(line)}", err=True)
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

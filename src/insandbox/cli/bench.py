@@ -1,0 +1,186 @@
+"""`insandbox bench` and `insandbox report`: a benchmark's samples, and what they came to."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from .common import BadArgument, _fail, _finish
+from .options import (
+    SHARED,
+    ApiKey,
+    BaseUrl,
+    CapAdd,
+    CommandTimeout,
+    CopyFileLimit,
+    CopyFilesLimit,
+    CopyTotalLimit,
+    Cpus,
+    Disk,
+    EnvVars,
+    ExtraBody,
+    Gguf,
+    Image,
+    Logprobs,
+    MaxRetries,
+    MaxSandboxes,
+    MaxSteps,
+    MaxTokens,
+    Memory,
+    Model,
+    Network,
+    OutputLimit,
+    PidsLimit,
+    Prices,
+    PromptCaching,
+    PromptConfig,
+    Provider,
+    RequestTimeout,
+    Runtime,
+    SendReasoning,
+    StallTimeout,
+    Stream,
+    StuckAfter,
+    Temperature,
+    ThinkingBudget,
+    TimeLimit,
+    TokenBudget,
+    ToolChoice,
+    ToolFormat,
+    TopLogprobs,
+    _shared_settings,
+    _validated,
+)
+
+
+def bench(
+    task: Annotated[Optional[str], typer.Argument(help="A built-in task (math, physics, chem, biomed, long_context, "
+                                                       "instruct_follow) or a task YAML file.")] = None,
+    data: Annotated[Optional[Path], typer.Option(help="Local JSON/JSONL rows instead of the hub dataset.")] = None,
+    mode: Annotated[str, typer.Option(help="sandbox, llm or both (both runs the same items in both "
+                                           "modes).")] = "sandbox",
+    repeats: Annotated[Optional[int], typer.Option(help="Samples per item and mode (default: the task's).")] = None,
+    limit: Annotated[Optional[int], typer.Option(help="Only the first N rows.")] = None,
+    ids: Annotated[Optional[str], typer.Option(help="Only these row ids (comma-separated).")] = None,
+    concurrency: Annotated[Optional[int], typer.Option(help="Samples in flight at once, each in its own sandbox "
+                                                            "[default: 8; with --resume: the run's own].")] = None,
+    retries: Annotated[int, typer.Option(help="Retries of a sample whose model server or sandbox failed.")] = 2,
+    output_dir: Annotated[Optional[Path], typer.Option(help="Run folder (default "
+                                                            "runs/bench-<task>-<timestamp>).")] = None,
+    resume: Annotated[Optional[Path], typer.Option(help="Finish this earlier run with its own settings (done "
+                                                        "samples are kept; --concurrency may change).")] = None,
+    judge_model: Annotated[Optional[str], typer.Option(help="LLM judge for physics and long_context (else an "
+                                                            "offline, labelled approximation).")] = None,
+    judge_base_url: Annotated[Optional[str], typer.Option(help="The judge's endpoint (default: the "
+                                                               "model's).")] = None,
+    judge_api_key: Annotated[Optional[str], typer.Option(help="The judge's API key (default: the model's).")] = None,
+    judge_prompt: Annotated[Optional[Path], typer.Option(help="Judge prompt file with {question}, {ground_truth}, "
+                                                              "{answer}.")] = None,
+    list_tasks: Annotated[bool, typer.Option("--list", help="List the built-in tasks and exit.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+    pool: Annotated[bool, typer.Option(
+        help="Samples take started sandboxes from a pool, started ahead while samples run (--no-pool: each "
+             "sample starts and removes its own).", rich_help_panel="Sandbox pool")] = True,
+    recycle: Annotated[bool, typer.Option(
+        help="The pool recycles a sandbox between samples: every process killed, the filesystem restored to "
+             "the image's, a fresh shell (needs a local engine and root; else fresh sandboxes).",
+        rich_help_panel="Sandbox pool")] = True,
+    pool_size: Annotated[Optional[int], typer.Option(
+        help="Sandboxes alive at most, in use or waiting [default: concurrency + min(concurrency, 8)].",
+        rich_help_panel="Sandbox pool")] = None,
+    max_uses: Annotated[int, typer.Option(
+        help="Samples one recycled sandbox serves before a fresh one replaces it.",
+        rich_help_panel="Sandbox pool")] = 100,
+    ray: Annotated[Optional[str], typer.Option("--ray", help="Run the samples on a Ray cluster: auto (the one "
+                                                             "started on this machine) or its ADDRESS "
+                                                             "(host:port). Needs insandbox[ray].")] = None,
+    model: Model = None, base_url: BaseUrl = None, api_key: ApiKey = None, gguf: Gguf = None, prices: Prices = None,
+    provider: Provider = None, tool_format: ToolFormat = "native", stream: Stream = False,
+    stall_timeout: StallTimeout = 120.0,
+    logprobs: Logprobs = False, top_logprobs: TopLogprobs = 0, thinking_budget: ThinkingBudget = None,
+    prompt_caching: PromptCaching = True,
+    temperature: Temperature = None, max_tokens: MaxTokens = None, extra_body: ExtraBody = None,
+    max_retries: MaxRetries = 5, request_timeout: RequestTimeout = 600.0, send_reasoning: SendReasoning = False,
+    tool_choice: ToolChoice = "auto", max_steps: MaxSteps = None, token_budget: TokenBudget = None,
+    time_limit: TimeLimit = None, stuck_after: StuckAfter = 5, prompt_config: PromptConfig = None,
+    image: Image = "insandbox:latest", timeout_per_command: CommandTimeout = 120.0, output_limit: OutputLimit = 16000,
+    memory: Memory = "4g", cpus: Cpus = 2.0, pids_limit: PidsLimit = 1024, network: Network = "bridge",
+    disk: Disk = "10g", runtime: Runtime = None, cap_add: CapAdd = None, env: EnvVars = None,
+    max_output_file_size: CopyFileLimit = "512m", max_output_size: CopyTotalLimit = "1g",
+    max_output_files: CopyFilesLimit = 10_000, max_sandboxes: MaxSandboxes = None,
+) -> None:
+    """Benchmark a model on a task, in sandbox mode, plain mode or both."""
+    from ..bench.data import DataError
+    from ..bench.progress import RichBenchProgress
+    from ..bench.report import rich_tables, write_report
+    from ..bench.runner import BenchAborted, BenchConfig, run_bench
+    from ..bench.tasks import builtin_tasks, load_task
+    from ..config import ConfigError
+    from .console import make_console, shown
+
+    console = make_console()
+    if list_tasks:
+        for name in builtin_tasks():
+            spec = load_task(name)
+            typer.echo(f"{name:<16} repeats {spec.repeats:<3} scorer {spec.scorer:<8} {spec.description}")
+        return
+    shared = {k: v for k, v in locals().items() if k in SHARED}
+    try:
+        if resume is None and not task:
+            raise BadArgument("name a task (insandbox bench --list), or --resume RUN_DIR")
+        if mode not in ("sandbox", "llm", "both"):
+            raise BadArgument("--mode is sandbox, llm or both")
+        run_cfg = _validated(_shared_settings(**shared))
+        cfg = BenchConfig(task=task or "resume", data=data, mode=mode, repeats=repeats, limit=limit,
+                          ids=[i.strip() for i in ids.split(",") if i.strip()] if ids else None,
+                          concurrency=8 if concurrency is None else concurrency, retries=retries,
+                          output_dir=output_dir, judge_model=judge_model,
+                          judge_base_url=judge_base_url or base_url, judge_api_key=judge_api_key,
+                          judge_prompt=judge_prompt, pool=pool, recycle=recycle, pool_size=pool_size,
+                          max_uses=max_uses, run=run_cfg)
+    except (BadArgument, ConfigError) as e:
+        _fail(str(e))
+    except ValueError as e:  # pydantic, for the benchmark's own settings
+        from pydantic import ValidationError
+
+        from ..config import describe
+        _fail(describe(e) if isinstance(e, ValidationError) else str(e))
+    progress = RichBenchProgress(console, label=(Path(task).stem if task else "resume"))
+    if quiet:
+        from ..bench.runner import _Quiet
+        progress = _Quiet()
+    try:
+        result = _finish(lambda: run_bench(cfg, progress, resume=resume,
+                                           concurrency=concurrency if resume else None, ray=ray),
+                         bad=(DataError, ValueError, FileNotFoundError), failed=(BenchAborted,))
+    finally:
+        if hasattr(progress, "close"):
+            progress.close()
+    out, report = write_report([result.run_dir], plots=False)
+    for table in rich_tables(report):
+        console.print(table)
+    console.print(shown(f"results: {result.run_dir / 'results.jsonl'}  summary: {result.run_dir / 'summary.json'}  "
+                        f"report: insandbox report {result.run_dir}  view: insandbox view {result.run_dir}"))
+
+
+def report(
+    run_dirs: Annotated[list[Path], typer.Argument(help="Benchmark run folders (several: compared side by side).")],
+    out: Annotated[Optional[Path], typer.Option(help="Where to write report.md, report.html and the figures (default: "
+                                                     "<first run>/report).")] = None,
+    plots: Annotated[bool, typer.Option(help="Draw the PNG figures.")] = True,
+    pool: Annotated[bool, typer.Option("--pool", help="Pool the runs of the same task and model into one (refused "
+                                                      "when their settings differ).")] = False,
+) -> None:
+    """Accuracy with confidence intervals, sandbox vs plain, capability usage, tokens, cost and time."""
+    from ..bench.report import rich_tables, write_report
+    from .console import make_console, shown
+
+    try:
+        out_dir, data = write_report(run_dirs, out, plots=plots, pool=pool)
+    except ValueError as e:
+        _fail(str(e))
+    console = make_console()
+    for table in rich_tables(data):
+        console.print(table)
+    console.print(shown(f"report: {out_dir / 'report.md'}, {out_dir / 'report.html'}"))

@@ -1,0 +1,108 @@
+"""What every command shares: one-line failures with their exit status, and running a command's
+coroutine so that Ctrl-C and SIGTERM stop it cleanly."""
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import Callable
+from typing import Any, Optional
+
+import typer
+
+
+class BadArgument(Exception):
+    """Exit 2 with this one line."""
+
+
+def _fail(message: str, code: int = 2) -> None:
+    from .console import escape_controls
+
+    typer.echo(f"insandbox: {escape_controls(message)}", err=True)
+    raise typer.Exit(code)
+
+
+def _run_until_done(make: Callable[[], Any]) -> tuple[Any, Optional[int]]:
+    """Run a coroutine; the first Ctrl-C/SIGTERM cancels it (the run cleans up and saves),
+    a second one removes this process's sandboxes at once and exits."""
+    from ..sandbox import kill_all_now
+
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    main = loop.create_task(make())
+    got: dict[str, int] = {}
+
+    def on_signal(sig: int) -> None:
+        if "sig" not in got:
+            got["sig"] = sig
+            typer.echo(f"\ninsandbox: {signal.Signals(sig).name}: stopping, saving the run and removing the "
+                       "sandbox (again to force)", err=True)
+            main.cancel()
+        else:
+            kill_all_now()
+            os._exit(128 + sig)
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, on_signal, sig)
+    try:
+        return loop.run_until_complete(main), None
+    except asyncio.CancelledError:
+        return None, got.get("sig", signal.SIGINT)
+    finally:
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
+
+
+def _finish(make: Callable[[], Any], bad: tuple[type[BaseException], ...] = (),
+            failed: tuple[type[BaseException], ...] = ()) -> Any:
+    """Run a command's coroutine to its end (`_run_until_done`): its ConfigError and `bad` exceptions
+    exit 2, SandboxError and `failed` ones exit 1, a signal 128+N; else its result."""
+    from ..config import ConfigError
+    from ..sandbox import SandboxError
+
+    try:
+        result, sig = _run_until_done(make)
+    except (ConfigError, *bad) as e:
+        _fail(str(e))
+    except (SandboxError, *failed) as e:
+        _fail(str(e), 1)
+    if sig is not None:
+        raise typer.Exit(128 + sig)
+    return result
+
+
+def _click_exceptions():
+    """Click's exception classes: typer vendors its own click from 0.2x on, older ones use click."""
+    try:
+        from typer._click import exceptions
+    except ImportError:  # pragma: no cover - older typer
+        from click import exceptions
+    return exceptions
+
+
+def _command_of(argv: list[str]) -> str:
+    """The command as typed, for messages: 'report', 'rl export', 'image status'."""
+    words = []
+    for arg in argv:
+        if arg.startswith("-") or len(words) == (2 if words and words[0] in ("rl", "image") else 1):
+            break
+        words.append(arg)
+    return " ".join(words)
+
+
+def _missing_need(e: BaseException, command: str) -> Optional[str]:
+    """The one line for a failure that is no bug but something this machine lacks: the sandbox engine
+    (a SandboxError, also as the cause of another error) or an optional extra; None for anything else."""
+    from ..extras import MissingExtra, install_hint
+    from ..sandbox import SandboxError
+
+    seen = e
+    while seen is not None:
+        if isinstance(seen, SandboxError):
+            return str(seen)
+        seen = seen.__cause__
+    if isinstance(e, MissingExtra):
+        return str(e)
+    if isinstance(e, ModuleNotFoundError) and e.name:
+        return install_hint(e.name, command)
+    return None

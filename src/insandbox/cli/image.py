@@ -1,0 +1,70 @@
+"""`insandbox image ...`: the sandbox image and the registries proxy's."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from .common import _fail
+
+
+def image_build(
+    tag: Annotated[str, typer.Option(help="Image tag to build.")] = "insandbox:latest",
+    base: Annotated[Optional[str], typer.Option(help="Base image (default: debian:bookworm-slim, or a debootstrapped "
+                                                     "Debian where no registry is reachable).")] = None,
+    no_cache: Annotated[bool, typer.Option(help="Rebuild every layer.")] = False,
+    ca_cert: Annotated[Optional[list[Path]], typer.Option(help="Extra CA certificate to trust in the image "
+                                                               "(repeatable; the host's /usr/local/share/"
+                                                               "ca-certificates are always added).")] = None,
+) -> None:
+    """Build the sandbox image from the Dockerfile shipped with insandbox."""
+    from rich.console import Console
+
+    from ..sandbox import SandboxError
+    from ..sandbox.docker.image import build_image
+
+    console = Console(highlight=False)
+    try:
+        with console.status("building", spinner="dots") as status:
+            info = build_image(tag, base=base, no_cache=no_cache, extra_ca=ca_cert or [],
+                               progress=lambda line: status.update(line[:120]))
+    except SandboxError as e:
+        _fail(str(e), 1)
+    console.print(f"built [bold]{info.tag}[/bold] on {info.base}: {info.size_bytes / 1e6:,.0f} MB ({info.id[:19]})")
+
+
+def image_build_proxy(
+    no_cache: Annotated[bool, typer.Option(help="Rebuild every layer.")] = False,
+) -> None:
+    """Build the image of the allow-list proxy of --network registries (otherwise built on first use)."""
+    from rich.console import Console
+
+    from ..sandbox import SandboxError
+    from ..sandbox.docker.image import image_info
+    from ..sandbox.docker.proxy import allowed_endpoints, build_image
+
+    console = Console(highlight=False)
+    try:
+        with console.status("building", spinner="dots") as status:
+            tag = build_image(no_cache=no_cache, progress=lambda line: status.update(line[:120]))
+        info = image_info(tag)
+        allowed = ", ".join(map(str, allowed_endpoints()))
+    except (SandboxError, ValueError) as e:
+        _fail(str(e), 1)
+    console.print(f"built [bold]{info.tag}[/bold]: {info.size_bytes / 1e6:,.0f} MB ({info.id[:19]}); "
+                  f"its proxy will let through {allowed}")
+
+
+def image_status(tag: Annotated[str, typer.Option(help="Image tag to look at.")] = "insandbox:latest") -> None:
+    """Say whether the image exists and how big it is."""
+    from ..sandbox import SandboxError
+    from ..sandbox.docker.image import image_exists, image_info
+
+    try:
+        if not image_exists(tag):
+            _fail(f"{tag} does not exist; build it with `insandbox image build`", 1)
+        info = image_info(tag)
+    except SandboxError as e:  # no engine: one line, like every other command
+        _fail(str(e), 1)
+    typer.echo(f"{info.tag}: {info.size_bytes / 1e6:,.0f} MB ({info.id[:19]})")

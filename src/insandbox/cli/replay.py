@@ -1,0 +1,204 @@
+"""`insandbox replay` and `insandbox fork`: a recorded run again, or continued N ways from a step."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from .common import BadArgument, _fail, _finish
+from .options import (
+    ApiKey,
+    BaseUrl,
+    CapAdd,
+    CopyFileLimit,
+    CopyFilesLimit,
+    CopyTotalLimit,
+    Cpus,
+    Disk,
+    ExtraBody,
+    Gguf,
+    Image,
+    MaxSteps,
+    MaxTokens,
+    Memory,
+    Model,
+    Network,
+    PidsLimit,
+    Provider,
+    Runtime,
+    S,
+    Temperature,
+    _extra_body,
+    _read_query,
+    _sandbox_given,
+    _show_granted,
+)
+
+
+def replay(
+    run_dir: Annotated[Path, typer.Argument(help="A run folder, or a benchmark sample's samples/<mode>/<id>/r<k>.")],
+    until: Annotated[Optional[int], typer.Option(help="Replay steps 1..K only.")] = None,
+    ignore: Annotated[Optional[list[str]], typer.Option(
+        "--ignore", help="A regular expression whose matches are replaced by <ignored> in both observations "
+                         "before comparing, e.g. for timings or PIDs (repeatable).")] = None,
+    json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the report (every diff) to this "
+                                                                     "file.")] = None,
+    input_dir: Annotated[Optional[Path], typer.Option(help="Take the input files from this folder instead of the "
+                                                           "recorded ones.")] = None,
+    image: Annotated[Optional[str], typer.Option(help="Replay in this image instead of the recorded one.",
+                                                 rich_help_panel=S)] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the summary line.")] = False,
+    network: Network = None, cap_add: CapAdd = None, runtime: Runtime = None, memory: Memory = None,
+    cpus: Cpus = None, pids_limit: PidsLimit = None, disk: Disk = None, max_output_file_size: CopyFileLimit = None,
+    max_output_size: CopyTotalLimit = None, max_output_files: CopyFilesLimit = None,
+) -> None:
+    """Run a recorded trajectory's tool calls again in a fresh sandbox and report, call by call, where the
+    observations differ. The sandbox options replace the recorded settings; a recorded setting beyond
+    run's defaults (another network, capabilities, a runtime or image, looser limits) is refused unless
+    given here. Exit status 0 when the replay ran, whatever it found; 1 when the sandbox failed; 2 for bad
+    arguments (no trajectory, input files gone, a bad --ignore, a run folder asking for what it may not)."""
+    from ..config import ConfigError
+    from ..replay.inputs import InputsMissing
+    from ..replay.replayer import Replayer, ReplayError, load_recorded
+    from ..replay.report import print_report, write_json
+    from ..replay.safe_files import UnsafeRunFolder
+    from ..runs.session import prepare_sandbox
+    from .console import make_console
+
+    if until is not None and until < 1:
+        _fail("--until: give a step number from 1")
+    try:
+        given = _sandbox_given(image=image, network=network, cap_add=cap_add, runtime=runtime, memory=memory,
+                               cpus=cpus, pids_limit=pids_limit, disk=disk, max_output_file_size=max_output_file_size,
+                               max_output_size=max_output_size, max_output_files=max_output_files)
+        recorded = load_recorded(run_dir, given=given)
+        replayer = Replayer(recorded, ignore or [], input_dir)
+    except (BadArgument, ConfigError, ReplayError, InputsMissing, UnsafeRunFolder) as e:
+        _fail(str(e))
+    _show_granted(recorded.granted)
+
+    async def go():
+        await prepare_sandbox(recorded.settings)
+        try:
+            return await replayer.replay(until)
+        finally:
+            await replayer.close()
+
+    report = _finish(go)
+    console = make_console()
+    if quiet:
+        first = report.first_divergence
+        typer.echo(f"{report.steps_replayed} steps, {report.calls} calls: {report.identical} identical, "
+                   f"{report.differing} differ; first divergence: "
+                   + (f"step {first['step']}, call {first['call']}" if first else "none"))
+    else:
+        print_report(report, console)
+    if json_path is not None:
+        write_json(report, json_path)
+    if report.stopped:
+        raise typer.Exit(1)
+
+
+def fork(
+    run_dir: Annotated[Path, typer.Argument(help="A run folder, or a benchmark sample's samples/<mode>/<id>/r<k>.")],
+    step: Annotated[int, typer.Option(help="Fork after this step (0: before the first).")],
+    n: Annotated[int, typer.Option("--n", help="Branches, each in a sandbox of its own.")] = 2,
+    prompt_append: Annotated[Optional[str], typer.Option(help="A user message added after step K's results.")] = None,
+    query_file: Annotated[Optional[Path], typer.Option(help="Replace the task's text in the first user message with "
+                                                            "this file's.")] = None,
+    output_dir: Annotated[Optional[Path], typer.Option(help="Where the branch-<i> folders go (default "
+                                                            "RUN_DIR/forks/step-K).")] = None,
+    ignore: Annotated[Optional[list[str]], typer.Option("--ignore", help="As for replay: masked when comparing the "
+                                                        "replayed steps with the recorded ones.")] = None,
+    input_dir: Annotated[Optional[Path], typer.Option(help="Take the input files from this folder instead of the "
+                                                           "recorded ones.")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No line per branch step.")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print a JSON summary on stdout.")] = False,
+    model: Model = None, base_url: BaseUrl = None, api_key: ApiKey = None, provider: Provider = None,
+    gguf: Gguf = None, tool_format: Annotated[Optional[str], typer.Option(help="native or text (default: as "
+                                                                               "recorded).")] = None,
+    temperature: Temperature = None, max_tokens: MaxTokens = None, max_steps: MaxSteps = None,
+    extra_body: ExtraBody = None,
+    image: Image = None, network: Network = None, cap_add: CapAdd = None, runtime: Runtime = None,
+    memory: Memory = None, cpus: Cpus = None, pids_limit: PidsLimit = None, disk: Disk = None,
+    max_output_file_size: CopyFileLimit = None, max_output_size: CopyTotalLimit = None,
+    max_output_files: CopyFilesLimit = None,
+) -> None:
+    """Replay a run's steps 1..K, snapshot the sandbox, and let N branches continue the conversation from
+    there with the given model or prompt, each in its own sandbox and run folder. The recorded model server
+    is used only when it is on this machine (else pass --base-url); the sandbox options are as for replay.
+    Exit status 0 when every branch ended on the model's terms or a limit; 1 when a branch, the model server
+    or the sandbox failed; 2 for bad arguments (and a run folder asking for what it may not)."""
+    from ..config import ConfigError
+    from ..replay.fork import fork_run
+    from ..replay.inputs import InputsMissing
+    from ..replay.replayer import ReplayError
+    from ..replay.safe_files import UnsafeRunFolder
+    from .console import make_console, shown
+
+    if tool_format not in (None, "native", "text"):
+        _fail(f"--tool-format {tool_format}: use native or text")
+    if provider not in (None, "openai", "anthropic"):
+        _fail(f"--provider {provider}: use openai or anthropic")
+    query = None
+    try:
+        body = _extra_body(extra_body)
+        if query_file is not None:
+            query = _read_query(None, query_file)
+        given = _sandbox_given(image=image, network=network, cap_add=cap_add, runtime=runtime, memory=memory,
+                               cpus=cpus, pids_limit=pids_limit, disk=disk, max_output_file_size=max_output_file_size,
+                               max_output_size=max_output_size, max_output_files=max_output_files)
+    except (BadArgument, ConfigError) as e:
+        _fail(str(e))
+    overrides = dict(model=model, base_url=base_url, api_key=api_key, provider=provider, gguf=gguf,
+                     tool_format=tool_format, temperature=temperature, max_tokens=max_tokens, max_steps=max_steps,
+                     extra_body=body)
+    console = make_console(stderr=json_out)
+
+    def on_step(i: int, s) -> None:
+        if not quiet:
+            calls = ", ".join(c.name for c in s.tool_calls) or "no call"
+            console.print(f"branch {i} step {s.index}: {shown(calls)}")
+
+    result = _finish(lambda: fork_run(run_dir, step, n, overrides, prompt_append=prompt_append, query=query,
+                                      output_dir=output_dir, ignore=tuple(ignore or ()), input_dir=input_dir,
+                                      sandbox=given, on_granted=_show_granted, on_step=on_step),
+                     bad=(ReplayError, InputsMissing, UnsafeRunFolder))
+    _print_fork(result, console, json_out)
+    if any(b.exit_reason is None or b.exit_reason.is_failure for b in result.branches):
+        raise typer.Exit(1)
+
+
+def _print_fork(result, console, json_out: bool) -> None:
+    from rich.table import Table
+
+    from .console import shown
+
+    rep = result.replay
+    if rep.differing:
+        first = rep.first_divergence
+        console.print(f"[yellow]note: the replay of steps 1..{rep.steps_replayed} differed from the recording "
+                      f"({rep.differing} calls, first at step {first['step']}): the branches start from the "
+                      "replayed state[/yellow]")
+    table = Table(title=f"{len(result.branches)} branches after step {rep.steps_replayed}", title_justify="left")
+    for col in ("branch", "exit reason", "steps after the fork", "answer", "files", "run folder"):
+        table.add_column(col)
+    rows = []
+    for i, b in enumerate(result.branches, 1):
+        t = b.trajectory
+        own = len(t.steps) - rep.steps_replayed
+        answer = (b.answer or "").strip().replace("\n", " ")
+        rows.append({"branch": i, "run_dir": str(b.run_dir), "exit_reason": t.exit_reason, "steps": own,
+                     "answer": b.answer, "files": t.output_files, "exit_detail": t.exit_detail})
+        table.add_row(str(i), str(t.exit_reason), str(own), shown(answer[:40] + ("..." if len(answer) > 40 else "")),
+                      str(len(t.output_files)), shown(str(b.run_dir)))
+    console.print(table)
+    t = result.timings
+    console.print(f"replay {t.get('replay_s', 0):.2f} s; fork {t.get('fork_s', 0):.2f} s (shell state "
+                  f"{t.get('shell_s', 0):.2f} s, commit {t.get('commit_s', 0):.2f} s, then {len(result.branches)} "
+                  "copies started)")
+    if json_out:
+        typer.echo(json.dumps({"branches": rows, "timings": t, "replay": {
+            k: v for k, v in rep.to_dict().items() if k != "comparisons"}}, ensure_ascii=False, default=str))
