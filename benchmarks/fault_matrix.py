@@ -376,7 +376,7 @@ TEST_ROWS: list[tuple[str, str, str]] = [  # (case, expected, pytest node id or 
     ("hostile run folder: image ../../etc/passwd", "exit 2, one line, before anything starts",
      RUN_FOLDER + "test_an_image_name_that_is_not_one_is_refused_before_anything_starts"),
     ("an --output-dir prepared with links", "refused before anything starts; outputs never written through links",
-     "tests/test_agent.py::test_an_output_folder_prepared_with_links_is_never_written_through"),
+     "tests/agent/test_loop.py::test_an_output_folder_prepared_with_links_is_never_written_through"),
     ("a key in --base-url or --extra-body", "sent to the server, stored and printed nowhere",
      "tests/test_credentials.py::test_a_run_sends_the_credentials_and_stores_and_prints_none"),
     ("model server: a 5xx storm", "retried with backoff; the run completes",
