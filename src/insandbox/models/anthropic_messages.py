@@ -38,10 +38,12 @@ from .retrying import (
     MalformedResponse,
     RetryBudget,
     SDKClient,
+    StreamBroken,
     StreamStalled,
     broken_stream,
     excerpt,
     pump_stream,
+    rejected,
     transport_failure,
 )
 from .tool_text import parse_text_tool_calls, with_tools_in_prompt
@@ -242,9 +244,8 @@ class AnthropicClient(SDKClient):
                 text = _error_text(e)
                 if CONTEXT_ERROR.search(text):
                     raise ContextLengthError(f"the conversation no longer fits the model's context: {text}") from e
-                raise ModelError(budget.refuse(Failure("HTTP 400", f"the model server rejected the request "
-                                                                  f"(400): {text}", False))) from e
-            except (anthropic.APIError, MalformedResponse, StreamStalled, asyncio.TimeoutError) as e:
+                raise ModelError(budget.refuse(rejected(text))) from e
+            except (anthropic.APIError, MalformedResponse, StreamStalled, StreamBroken, asyncio.TimeoutError) as e:
                 await budget.failed(self._failure(e), e)
             except Exception as e:
                 failure = broken_stream(e, self.base_url)
@@ -272,11 +273,14 @@ class AnthropicClient(SDKClient):
 
     async def _stream(self, body: dict) -> tuple[dict, float]:
         """One streamed try: the events put together as one message, and when its first token came."""
+        import anthropic
+
         deadline = time.perf_counter() + self.timeout
         stream = await asyncio.wait_for(self._client.messages.create(**self._sdk_args(body), stream=True),
                                         self.timeout)
         acc = StreamedMessage()
-        await pump_stream(stream, acc.add, self.on_delta, self.stall_timeout, deadline, "events")
+        await pump_stream(stream, acc.add, self.on_delta, self.stall_timeout, deadline, "events",
+                          passthrough=(anthropic.APIError,))
         return acc.message(), acc.first_token_at or time.perf_counter()
 
     def _failure(self, e: BaseException) -> Failure:

@@ -40,10 +40,12 @@ from .retrying import (
     MalformedResponse,
     RetryBudget,
     SDKClient,
+    StreamBroken,
     StreamStalled,
     broken_stream,
     excerpt,
     pump_stream,
+    rejected,
     retry_after_s,  # noqa: F401  (re-exported: tests and callers read it here)
     short,
     transport_failure,
@@ -183,9 +185,8 @@ class OpenAIChatClient(SDKClient):
                     call_params[key] = smaller
                     shrinks += 1
                     continue
-                raise ModelError(budget.refuse(Failure("HTTP 400", f"the model server rejected the request "
-                                                                  f"(400): {text}", False))) from e
-            except (openai.APIError, MalformedResponse, StreamStalled, asyncio.TimeoutError) as e:
+                raise ModelError(budget.refuse(rejected(text))) from e
+            except (openai.APIError, MalformedResponse, StreamStalled, StreamBroken, asyncio.TimeoutError) as e:
                 await budget.failed(self._failure(e), e)
             except Exception as e:
                 failure = broken_stream(e, self.base_url)
@@ -205,13 +206,16 @@ class OpenAIChatClient(SDKClient):
     async def _stream(self, client: Any, kwargs: dict, body: dict) -> tuple[dict, float]:
         """One streamed try: the chunks put together as one completion's JSON, and the moment
         (perf_counter) its first token came. `timeout` bounds the whole try, `stall_timeout` each gap."""
+        import openai
+
         body = dict(body)
         body.setdefault("stream_options", {"include_usage": True})
         deadline = time.perf_counter() + self.timeout
         stream = await asyncio.wait_for(
             client.chat.completions.create(**kwargs, messages=[], extra_body=body, stream=True), self.timeout)
         acc = StreamedCompletion()
-        await pump_stream(stream, acc.add, self.on_delta, self.stall_timeout, deadline, "chunks")
+        await pump_stream(stream, acc.add, self.on_delta, self.stall_timeout, deadline, "chunks",
+                          passthrough=(openai.APIError,))
         return acc.completion(), acc.first_token_at or time.perf_counter()
 
     def _failure(self, e: BaseException) -> Failure:
