@@ -4,7 +4,8 @@ checked against that server too:
 
 - a stream cut in the middle (either API) or unreadable: retried, never an internal error;
 - an error event inside a 200 stream: retried as the same error outside a stream would be;
-- an error naming a server start-up flag (llama-server without --jinja): not retried, with the fix.
+- an error naming a server start-up flag (llama-server without --jinja): not retried, with the fix;
+- --logprobs: recorded from llama-cpp-python's server, and said once when a server cannot.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from tests.models.misbehaving import (
     Misbehaving,
     anthropic_events,
     chat_chunks,
+    chat_completion,
     reply,
     sse,
 )
@@ -200,3 +202,83 @@ def test_llama_server_without_jinja_fails_at_once_with_the_fix(tmp_path):
         stop(server)
     assert "tools param requires --jinja flag" in str(err.value) and "--tool-format text" in str(err.value)
     assert "tries" not in str(err.value)  # one try: nothing was retried
+
+
+# ------------------------------------------------------------------------ --logprobs
+
+def lp_answer(body: dict, sent: bool) -> Answer:
+    content = [{"token": "hi", "logprob": -0.5, "top_logprobs": [{"token": "hi", "logprob": -0.5}]}]
+    data = chat_completion("hi", (), "stop")
+    if sent:
+        data["choices"][0]["logprobs"] = {"content": content}
+    return reply(200, data)
+
+
+def test_logprobs_are_recorded_from_a_server_that_sends_them_only_with_top_logprobs():
+    """Like llama-cpp-python's server: logprobs only when top_logprobs is in the request (not even
+    with 0 for llama-server). Regression: --logprobs alone recorded nothing and said nothing."""
+    def server(body):
+        return lp_answer(body, sent=body.get("logprobs") and body.get("top_logprobs") is not None)
+    [r], requests = ask("openai", [server], logprobs=True)
+    assert requests[0]["body"]["top_logprobs"] == 1
+    assert r.logprobs == [{"token": "hi", "logprob": -0.5}] and not r.notes  # the alternative nobody asked for: gone
+    [r], _ = ask("openai", [server], logprobs=True, top_logprobs=3)
+    assert r.logprobs == [{"token": "hi", "logprob": -0.5, "top": {"hi": -0.5}}]
+
+
+@pytest.mark.parametrize("llama_cpp_python_server", ["chatml"], indirect=True)
+def test_llama_cpp_python_server_gives_logprobs_for_logprobs_alone(llama_cpp_python_server):
+    async def go():
+        c = OpenAIChatClient(llama_cpp_python_server.model, base_url=llama_cpp_python_server.base_url,
+                             temperature=0, max_tokens=4, logprobs=True)
+        try:
+            return await c.complete([{"role": "user", "content": "Say hi."}])
+        finally:
+            await c.close()
+    r = asyncio.run(go())
+    assert r.logprobs and len(r.logprobs) == r.usage.completion_tokens and not r.notes
+    assert all(set(t) == {"token", "logprob"} for t in r.logprobs)
+
+
+def test_a_server_sending_no_logprobs_is_said_once():
+    """Like llama-cpp-python's function-calling format, which sends none for tool calls."""
+    [first, second], _ = ask("openai", [reply(200, chat_completion(None, (("execute_bash", ARGS),)))], times=2,
+                             logprobs=True)
+    assert first.logprobs is None and second.logprobs is None
+    assert first.notes == ["hint: --logprobs: the model server sent no log probabilities for this reply (some servers "
+                           "send none for tool calls: llama-cpp-python's chatml-function-calling format); steps "
+                           "without them record none (said once)"]
+    assert second.notes == []
+
+
+REFUSED = {"error": {"code": 400, "message": "logprobs is not supported with tools + stream",
+                     "type": "invalid_request_error"}}
+
+
+def test_logprobs_refused_with_tools_and_streaming_are_dropped_and_said_once():
+    """Like llama-server, which refuses logprobs with tools and streaming (400). Regression: the
+    run ended model_error at its first request."""
+    def server(body):
+        if body.get("logprobs") and body.get("tools") and body.get("stream"):
+            return reply(400, REFUSED)
+        return good_stream("openai")
+    [first, second], requests = ask("openai", [server], times=2, stream=True, logprobs=True)
+    assert [bool(q["body"].get("logprobs")) for q in requests] == [True, False, False]
+    assert first.tool_calls[0].arguments == ARGS and first.logprobs is None
+    assert first.notes == ["hint: --logprobs: the model server refuses log probabilities here (logprobs is not "
+                           "supported with tools + stream), so this run records none (leave out --stream, or use "
+                           "--tool-format text, to record them)"]
+    assert second.notes == []
+
+
+def test_llama_server_with_tools_and_streaming_runs_on_without_logprobs(llama_server):
+    async def go():
+        c = OpenAIChatClient(llama_server.model, base_url=llama_server.base_url, temperature=0, max_tokens=4,
+                             stream=True, logprobs=True)
+        try:
+            return [await c.complete([{"role": "user", "content": "Say hi."}], TOOLS) for _ in range(2)]
+        finally:
+            await c.close()
+    first, second = asyncio.run(go())
+    assert "supported with tools + stream" in first.notes[0] and not second.notes
+    assert first.usage.completion_tokens > 0

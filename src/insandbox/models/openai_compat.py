@@ -56,6 +56,8 @@ CONTEXT_ERROR = re.compile(
     r"context length|context window|maximum context|context_length_exceeded|too many tokens|"
     r"exceeds? the (?:available )?context|prompt is too long|input is too long|reduce the length|"
     r"tokens exceed|exceed_context_size", re.I)
+LOGPROBS_REFUSED = re.compile(r"logprobs?\b.{0,60}\b(?:not supported|unsupported|not available)|"
+                             r"(?:not supported|unsupported)\b.{0,40}\blogprobs", re.I | re.S)
 MIN_MAX_TOKENS = 16
 MAX_SHRINKS = 4
 STALL_TIMEOUT_S = 120.0  # a stream silent this long has stalled
@@ -112,9 +114,12 @@ class OpenAIChatClient(SDKClient):
         if extra_body:
             self.params["extra_body"] = extra_body
         if logprobs:
+            # top_logprobs always goes along: llama-cpp-python's server sends no logprobs without it,
+            # and llama-server none with 0. The alternatives are recorded only when asked for.
             self.params["logprobs"] = True
-            if top_logprobs:
-                self.params["top_logprobs"] = top_logprobs
+            self.params["top_logprobs"] = top_logprobs or 1
+        self.record_top = bool(top_logprobs)
+        self.said_no_logprobs = False  # the reason none came is said once, not every step
         self.params.update(extra_params or {})
         self.timeout, self.max_retries = timeout, max_retries
         self.backoff, self.max_retry_after = backoff, max_retry_after
@@ -194,7 +199,14 @@ class OpenAIChatClient(SDKClient):
                     raise
                 await budget.failed(failure, e)
         reply.latency_s = time.perf_counter() - t0
-        reply.notes = notes
+        reply.notes = notes + reply.notes
+        if self.params.get("logprobs") and reply.logprobs is None and not self.said_no_logprobs \
+                and (reply.content or reply.tool_calls):
+            self.said_no_logprobs = True
+            which = (" (some servers send none for tool calls: llama-cpp-python's chatml-function-calling format)"
+                     if reply.tool_calls else "")
+            reply.notes.append(f"hint: --logprobs: the model server sent no log probabilities for this reply{which}; "
+                               "steps without them record none (said once)")
         return reply
 
     async def _post(self, client: Any, kwargs: dict, body: dict) -> dict:
@@ -224,7 +236,17 @@ class OpenAIChatClient(SDKClient):
         return transport_failure(e, openai, self.base_url, self.timeout, "a chat completion", _error_text)
 
     def _adapt(self, text: str, notes: list[str]) -> bool:
-        """Fix parameters some models refuse (OpenAI reasoning models); True to retry."""
+        """Fix parameters some models or servers refuse (OpenAI reasoning models, llama-server's
+        logprobs with tools and streaming); True to retry."""
+        if "logprobs" in self.params and LOGPROBS_REFUSED.search(text):
+            self.params.pop("logprobs")
+            self.params.pop("top_logprobs", None)
+            self.said_no_logprobs = True
+            how = " (leave out --stream, or use --tool-format text, to record them)" if re.search(
+                r"stream", text, re.I) else ""
+            notes.append(f"hint: --logprobs: the model server refuses log probabilities here ({short(text, 120)}), "
+                         f"so this run records none{how}")
+            return True
         if "max_completion_tokens" in text and "max_tokens" in self.params:
             self.params["max_completion_tokens"] = self.params.pop("max_tokens")
             notes.append("server wants max_completion_tokens instead of max_tokens")
@@ -269,7 +291,8 @@ class OpenAIChatClient(SDKClient):
         return ModelReply(content=content, tool_calls=calls, message=message, reasoning=reasoning,
                           finish_reason=finish if isinstance(finish, str) else None,
                           usage=_usage(data, messages, message), tool_calls_from_text=from_text,
-                          tool_call_errors=errors, logprobs=token_logprobs(choice.get("logprobs")))
+                          tool_call_errors=errors,
+                          logprobs=token_logprobs(choice.get("logprobs"), top=self.record_top))
 
 
 def completion_json(content: bytes, content_type: Optional[str] = None) -> dict:
@@ -351,8 +374,9 @@ def _error_text(e: Exception) -> str:
     return short(str(getattr(e, "message", None) or e), EXCERPT_CHARS)
 
 
-def token_logprobs(data: Any) -> Optional[list[dict]]:
-    """The sampled tokens' log probabilities (`logprobs.content`), as [{token, logprob, top?}]."""
+def token_logprobs(data: Any, top: bool = True) -> Optional[list[dict]]:
+    """The sampled tokens' log probabilities (`logprobs.content`), as [{token, logprob, top?}]
+    (`top`: with the alternatives the server sent)."""
     content = data.get("content") if isinstance(data, dict) else None
     if not isinstance(content, list):
         return None
@@ -361,9 +385,9 @@ def token_logprobs(data: Any) -> Optional[list[dict]]:
         if not isinstance(t, dict) or not isinstance(t.get("logprob"), (int, float)):
             continue
         entry: dict[str, Any] = {"token": t.get("token"), "logprob": t["logprob"]}
-        top = t.get("top_logprobs")
-        if top:
-            entry["top"] = {x.get("token"): x.get("logprob") for x in top if isinstance(x, dict)}
+        alternatives = t.get("top_logprobs") if top else None
+        if alternatives:
+            entry["top"] = {x.get("token"): x.get("logprob") for x in alternatives if isinstance(x, dict)}
         out.append(entry)
     return out
 
