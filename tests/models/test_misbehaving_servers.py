@@ -4,6 +4,7 @@ checked against that server too:
 
 - a stream cut in the middle (either API) or unreadable: retried, never an internal error;
 - an error event inside a 200 stream: retried as the same error outside a stream would be;
+- a tool call whose input is not JSON, or cut by max_tokens: one request, and the model reads why;
 - an error naming a server start-up flag (llama-server without --jinja): not retried, with the fix;
 - --logprobs: recorded from llama-cpp-python's server, and said once when a server cannot.
 """
@@ -20,10 +21,12 @@ from insandbox.models import ModelError, OpenAIChatClient
 from insandbox.models.anthropic_messages import AnthropicClient
 from insandbox.models.retrying import transport_error
 from insandbox.tools import ToolBox, default_tools
+from tests.helpers import cli
 from tests.models.misbehaving import (
     Answer,
     Misbehaving,
     anthropic_events,
+    anthropic_message,
     chat_chunks,
     chat_completion,
     reply,
@@ -282,3 +285,78 @@ def test_llama_server_with_tools_and_streaming_runs_on_without_logprobs(llama_se
     first, second = asyncio.run(go())
     assert "supported with tools + stream" in first.notes[0] and not second.notes
     assert first.usage.completion_tokens > 0
+
+
+# ------------------------------------------------------------------------ tool calls the model got wrong
+
+def test_a_tool_use_whose_input_is_not_json_reaches_the_model_as_its_error_streamed_or_not():
+    """Regression: streamed, the same paid request was retried three times and the run ended
+    model_error; unstreamed, the model was told. Now both tell the model, after one request."""
+    bad = '{"command": "ls'
+    streamed = sse(anthropic_events(TOOL_USE, input_json={0: bad}))
+    plain = reply(200, anthropic_message([dict(TOOL_USE[0], input=bad)]))
+    told = []
+    for answer, stream in ((streamed, True), (plain, False)):
+        [r], requests = ask("anthropic", [answer, good_stream("anthropic")], stream=stream)
+        assert len(requests) == 1 and not r.notes and r.finish_reason == "tool_calls"
+        assert r.tool_calls[0].arguments == bad
+        told.append(what_the_model_reads(r.tool_calls[0]))
+    assert told[0] == told[1] and "not valid JSON" in told[0]
+
+
+CUT = '{"command": "cat > /testbed/long.py <<EOF\\nimport os\\nfor'  # arguments cut by max_tokens
+
+
+def cut_answer(api: str, stream: bool) -> Answer:
+    if api == "anthropic":
+        if stream:
+            return sse(anthropic_events(TOOL_USE, stop="max_tokens", input_json={0: CUT}))
+        # unstreamed, the API sends what of the input it could read as an object
+        return reply(200, anthropic_message([{"type": "text", "text": "Writing it."},
+                                             dict(TOOL_USE[0], input={"command": "cat > /testbed/long.py"})],
+                                            stop="max_tokens"))
+    calls = (("execute_bash", ARGS), ("execute_bash", CUT))  # the first call was whole, the second cut
+    return sse(chat_chunks("", calls, "length")) if stream else reply(200, chat_completion(None, calls, "length"))
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+@pytest.mark.parametrize("api", ["anthropic", "openai"])
+def test_a_reply_cut_at_max_tokens_inside_a_tool_call_tells_the_model_why(api, stream):
+    """Regression: the model read 'arguments are not valid JSON' (the OpenAI path, unstreamed
+    Anthropic) or the request was retried identically (streamed Anthropic); nobody was told of
+    max_tokens."""
+    [r], requests = ask(api, [cut_answer(api, stream), good_stream(api)], stream=stream, max_tokens=64)
+    assert len(requests) == 1 and r.finish_reason == "length"
+    *whole, cut = r.tool_calls
+    assert all(c.refused is None for c in whole)  # a call complete before the cut still runs
+    told = what_the_model_reads(cut)
+    assert told.startswith("Error in the call to execute_bash: your reply was cut at max_tokens (64 tokens) before "
+                           "the call's arguments were complete, so it was not run; make the call again with "
+                           "shorter arguments"), told
+    assert [n for n in r.notes if "max_tokens" in n] == [
+        "hint: the reply was cut at max_tokens (64 tokens) inside a call to execute_bash: not run, and the model "
+        "was told why; raise --max-tokens if this happens often"]
+
+
+def test_a_call_written_as_text_cut_at_max_tokens_is_said_in_the_nudge():
+    text = 'Let me look.\n<tool_call>\n{"name": "execute_bash", "arguments": {"command": "ls -la /te'
+    [r], _ = ask("openai", [reply(200, chat_completion(text, (), "length"))], tool_format="text", max_tokens=32)
+    assert not r.tool_calls and len(r.tool_call_errors) == 1
+    assert r.tool_call_errors[0].startswith("your reply was cut at max_tokens (32 tokens) before the call's "
+                                            "arguments were complete (a <tool_call> block is not valid JSON")
+    assert sum("max_tokens" in n for n in r.notes) == 1
+
+
+def test_a_run_cut_at_max_tokens_shows_it_once_on_the_console_and_records_it(tmp_path, docker_image):
+    answers = [reply(200, chat_completion("Writing the file.", (("execute_bash", CUT),), "length")),
+               reply(200, chat_completion(None, (("submit", "{}"),), "tool_calls"))]
+    with Misbehaving(answers) as srv:
+        r = cli("run", "write long.py", "--model", "m", "--base-url", srv.url, "--max-tokens", "64", "--image",
+                docker_image, "--output-dir", str(tmp_path / "run"), env={"COLUMNS": "400"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count("raise --max-tokens if this happens often") == 1, r.stdout
+    t = Trajectory.load(tmp_path / "run" / "trajectory.json")
+    assert t.exit_reason == "submitted"
+    [call] = t.steps[0].tool_calls
+    assert call.error and "your reply was cut at max_tokens (64 tokens)" in call.output
+    assert [sum("max_tokens" in n for n in s.notes) for s in t.steps] == [1, 0]

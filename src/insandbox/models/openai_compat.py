@@ -18,6 +18,12 @@ server without tool support still works.
 
 Tools always travel with `tool_choice` ("auto" unless configured): some servers
 (llama-cpp-python's) read a request with tools but no tool_choice as "no tools".
+
+`logprobs` always travel with `top_logprobs` (1 unless more are asked for): llama-cpp-python's
+server sends none without it, llama-server none with 0. A server that refuses them for a request
+(llama-server with tools and streaming) or sends none gets said once, in the step's notes.
+A reply cut at max_tokens (`finish_reason: length`) inside its last tool call does not run that
+call: the model is told why (models/base.py `refuse_cut_calls`).
 """
 from __future__ import annotations
 
@@ -31,7 +37,7 @@ from typing import Any, Optional
 from urllib.parse import urlparse
 
 from ..tools.base import ToolCall
-from .base import ContextLengthError, ModelError, ModelReply, Usage
+from .base import ContextLengthError, ModelError, ModelReply, Usage, refuse_cut_calls
 from .retrying import (
     BACKOFF_S,
     EXCERPT_CHARS,
@@ -175,6 +181,7 @@ class OpenAIChatClient(SDKClient):
                     data, ttft = await self._post(client, kwargs, body), None
                 reply = self._reply(data, messages)
                 reply.ttft_s, reply.streamed = ttft, self.stream
+                refuse_cut_calls(reply, kwargs.get("max_tokens") or kwargs.get("max_completion_tokens"))
                 break
             except openai.BadRequestError as e:
                 text = _error_text(e)
