@@ -6,13 +6,17 @@ checked against that server too:
 - an error event inside a 200 stream: retried as the same error outside a stream would be;
 - a tool call whose input is not JSON, or cut by max_tokens: one request, and the model reads why;
 - an error naming a server start-up flag (llama-server without --jinja): not retried, with the fix;
-- --logprobs: recorded from llama-cpp-python's server, and said once when a server cannot.
+- --logprobs: recorded from llama-cpp-python's server, and said once when a server cannot;
+- the SDK's import is not timed as the first request.
 """
 from __future__ import annotations
 
 import asyncio
 import json
 import re
+import subprocess
+import sys
+import textwrap
 
 import pytest
 
@@ -21,7 +25,7 @@ from insandbox.models import ModelError, OpenAIChatClient
 from insandbox.models.anthropic_messages import AnthropicClient
 from insandbox.models.retrying import transport_error
 from insandbox.tools import ToolBox, default_tools
-from tests.helpers import cli
+from tests.helpers import REPO, cli
 from tests.models.misbehaving import (
     Answer,
     Misbehaving,
@@ -360,3 +364,56 @@ def test_a_run_cut_at_max_tokens_shows_it_once_on_the_console_and_records_it(tmp
     [call] = t.steps[0].tool_calls
     assert call.error and "your reply was cut at max_tokens (64 tokens)" in call.output
     assert [sum("max_tokens" in n for n in s.notes) for s in t.steps] == [1, 0]
+
+
+# ------------------------------------------------------------------------ the SDK's import is not the model's time
+
+CLOCK = """
+import asyncio, json, sys, time
+sys.path[:0] = {paths!r}
+from tests.models.misbehaving import (Misbehaving, anthropic_events, anthropic_message, chat_chunks,
+                                     chat_completion, reply, sse)
+SDKS = ("anthropic", "openai", "httpx", "httpcore", "anyio", "opentelemetry")
+imports = []
+
+class Seen:  # notes every import as it starts, with the moment
+    def find_spec(self, name, path=None, target=None):
+        imports.append((time.perf_counter(), name))
+
+sys.meta_path.insert(0, Seen())
+from insandbox.models import OpenAIChatClient
+from insandbox.models.anthropic_messages import AnthropicClient
+api, stream = sys.argv[1], sys.argv[2] == "stream"
+assert not any(m.split(".")[0].rstrip("0123456789") in SDKS for m in sys.modules), "an SDK came in already"
+call = [{{"type": "tool_use", "id": "t1", "name": "submit", "input": {{}}}}]
+if api == "anthropic":
+    answer = sse(anthropic_events(call)) if stream else reply(200, anthropic_message(call))
+else:
+    answer = sse(chat_chunks("x")) if stream else reply(200, chat_completion("x"))
+
+async def main():
+    with Misbehaving([answer]) as srv:
+        cls = AnthropicClient if api == "anthropic" else OpenAIChatClient
+        c = cls("m", base_url=srv.url, stream=stream)
+        r = await c.complete([{{"role": "user", "content": "u"}}], [])
+        end = time.perf_counter()
+        await c.close()
+    timed = [n for t, n in imports if end - r.latency_s <= t <= end]
+    print(json.dumps({{"timed": timed, "sdk_imported": api in sys.modules}}))
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("stream", ["plain", "stream"])
+@pytest.mark.parametrize("api", ["anthropic", "openai"])
+def test_the_first_requests_time_holds_no_import(api, stream):
+    """Regression: the first step's model_latency_s included importing the SDK (1.7 s for OpenAI's,
+    4.6-12 s for Anthropic's). A fresh interpreter notes every import with its moment: none may
+    fall inside the first request's timed span. No clock speed enters the check."""
+    script = CLOCK.format(paths=[str(REPO)])  # insandbox itself as the environment gives it
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(script), api, stream], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert seen["sdk_imported"] and seen["timed"] == []

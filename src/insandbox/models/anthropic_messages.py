@@ -211,6 +211,9 @@ class AnthropicClient(SDKClient):
                                                     timeout=self.timeout, max_retries=0, **kwargs)
         return self._client
 
+    def _resource(self) -> Any:
+        return self._client.messages
+
     def request(self, messages: list[dict], tools: Optional[list[dict]]) -> dict:
         """The Messages API request body for this conversation."""
         system, converted = to_messages(messages)

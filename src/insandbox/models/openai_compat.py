@@ -152,6 +152,9 @@ class OpenAIChatClient(SDKClient):
                                               timeout=self.timeout, max_retries=0, **kwargs)
         return self._client
 
+    def _resource(self) -> Any:
+        return self._client.chat.completions
+
     async def _complete(self, messages: list[dict], tools: Optional[list[dict]], t0: float) -> ModelReply:
         client = await self._ready_sdk()
         import openai

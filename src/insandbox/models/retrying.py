@@ -40,6 +40,9 @@ BACKOFF_S = (0.5, 8.0)  # first wait, longest wait
 MAX_RETRY_AFTER_S = 600.0  # the longest Retry-After waited for
 RETRY_STATUSES = frozenset({408, 409, 429})  # and every 5xx
 EXCERPT_CHARS = 300
+# what the SDKs' HTTP stack imports on its first request rather than at import time
+LAZY_MODULES = ("httpcore2._backends.anyio", "httpcore._backends.anyio", "anyio._backends._asyncio",
+                "opentelemetry.propagate")
 
 
 class MalformedResponse(Exception):
@@ -357,8 +360,25 @@ class SDKClient:
 
     async def _ready_sdk(self) -> Any:
         if self._client is None:
-            await asyncio.get_running_loop().run_in_executor(None, self._sdk)
+            await asyncio.get_running_loop().run_in_executor(None, self._warm_sdk)
         return self._client
+
+    def _warm_sdk(self) -> None:
+        """Make the SDK client and load what its first request would load lazily (its API resource,
+        the HTTP library's async backend, the tracing propagators), so none of it is timed as the model's."""
+        import importlib
+
+        self._sdk()
+        self._resource()
+        for name in LAZY_MODULES:
+            try:
+                importlib.import_module(name)
+            except Exception:  # absent in this SDK version, or failing to load: the request would say so
+                pass
+
+    def _resource(self) -> Any:
+        """The SDK's API resource the requests go through (loaded on first use by the SDK)."""
+        raise NotImplementedError
 
     async def close(self) -> None:
         if self._client is not None:
@@ -366,6 +386,9 @@ class SDKClient:
             self._client = None
 
     async def complete(self, messages: list[dict], tools: Optional[list[dict]] = None):
+        # the SDK is imported (seconds, the first time) before the clock starts: a step's model
+        # time is the request's, not insandbox's own start-up
+        await self._ready_sdk()
         t0 = time.perf_counter()
         try:
             reply = await self._complete(messages, tools, t0)
