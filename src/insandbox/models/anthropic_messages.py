@@ -16,10 +16,13 @@ Anthropic's:
 
 Usage is recorded as input (uncached + cache read + cache write, like OpenAI's
 prompt_tokens), cache-read and cache-write tokens. Stop reasons: `tool_use` -> tool_calls,
-`end_turn`/`stop_sequence` -> stop, `max_tokens` -> length, `model_context_window_exceeded`
--> the run ends `context_length`, `refusal` -> the run ends `model_error` with the refusal
-said. Retries (429, 529 overloaded, 5xx, `retry-after`) share models/retrying.py with the
-OpenAI client; a prompt too long for the context is `context_length`.
+`end_turn`/`stop_sequence` -> stop, `max_tokens` -> length (a `tool_use` it cut is not run:
+the model is told why), `model_context_window_exceeded` -> the run ends `context_length`,
+`refusal` -> the run ends `model_error` with the refusal said. A `tool_use` whose input is
+not JSON goes to the model as a tool error, streamed or not (asking again would pay for the same
+mistake). Retries (429, 529 overloaded, 5xx, `retry-after`, cut streams, error events in a
+stream) share models/retrying.py with the OpenAI client; a prompt too long for the context is
+`context_length`.
 """
 from __future__ import annotations
 
@@ -29,7 +32,7 @@ import time
 from typing import Any, Optional
 
 from ..tools.base import ToolCall
-from .base import ContextLengthError, ModelError, ModelReply, Usage
+from .base import ContextLengthError, ModelError, ModelReply, Usage, refuse_cut_calls
 from .openai_compat import CONTEXT_ERROR, STALL_TIMEOUT_S, DeltaHook, is_loopback
 from .retrying import (
     BACKOFF_S,
@@ -38,16 +41,19 @@ from .retrying import (
     MalformedResponse,
     RetryBudget,
     SDKClient,
+    StreamBroken,
     StreamStalled,
     broken_stream,
     excerpt,
     pump_stream,
+    rejected,
     transport_failure,
 )
 from .tool_text import parse_text_tool_calls, with_tools_in_prompt
 
 DEFAULT_MAX_TOKENS = 8192  # the API requires one; with thinking, added to the thinking budget
 INTERLEAVED_THINKING = "interleaved-thinking-2025-05-14"  # beta: thinking between tool calls
+RAW_INPUT = "_input_text"  # on a streamed tool_use block: its input as sent, when that was not JSON
 FINISH = {"end_turn": "stop", "stop_sequence": "stop", "tool_use": "tool_calls", "max_tokens": "length",
           "pause_turn": "stop"}
 
@@ -205,6 +211,9 @@ class AnthropicClient(SDKClient):
                                                     timeout=self.timeout, max_retries=0, **kwargs)
         return self._client
 
+    def _resource(self) -> Any:
+        return self._client.messages
+
     def request(self, messages: list[dict], tools: Optional[list[dict]]) -> dict:
         """The Messages API request body for this conversation."""
         system, converted = to_messages(messages)
@@ -242,9 +251,8 @@ class AnthropicClient(SDKClient):
                 text = _error_text(e)
                 if CONTEXT_ERROR.search(text):
                     raise ContextLengthError(f"the conversation no longer fits the model's context: {text}") from e
-                raise ModelError(budget.refuse(Failure("HTTP 400", f"the model server rejected the request "
-                                                                  f"(400): {text}", False))) from e
-            except (anthropic.APIError, MalformedResponse, StreamStalled, asyncio.TimeoutError) as e:
+                raise ModelError(budget.refuse(rejected(text))) from e
+            except (anthropic.APIError, MalformedResponse, StreamStalled, StreamBroken, asyncio.TimeoutError) as e:
                 await budget.failed(self._failure(e), e)
             except Exception as e:
                 failure = broken_stream(e, self.base_url)
@@ -254,7 +262,7 @@ class AnthropicClient(SDKClient):
         reply = self.reply(data)
         reply.ttft_s, reply.streamed = ttft, self.stream
         reply.latency_s = time.perf_counter() - t0
-        reply.notes = self.notes_once + budget.notes
+        reply.notes = self.notes_once + budget.notes + reply.notes
         self.notes_once = []
         return reply
 
@@ -272,11 +280,14 @@ class AnthropicClient(SDKClient):
 
     async def _stream(self, body: dict) -> tuple[dict, float]:
         """One streamed try: the events put together as one message, and when its first token came."""
+        import anthropic
+
         deadline = time.perf_counter() + self.timeout
         stream = await asyncio.wait_for(self._client.messages.create(**self._sdk_args(body), stream=True),
                                         self.timeout)
         acc = StreamedMessage()
-        await pump_stream(stream, acc.add, self.on_delta, self.stall_timeout, deadline, "events")
+        await pump_stream(stream, acc.add, self.on_delta, self.stall_timeout, deadline, "events",
+                          passthrough=(anthropic.APIError,))
         return acc.message(), acc.first_token_at or time.perf_counter()
 
     def _failure(self, e: BaseException) -> Failure:
@@ -301,8 +312,7 @@ class AnthropicClient(SDKClient):
                 thinking.append(b)
                 reasoning.append(b.get("thinking") or "[redacted thinking]")
             elif kind == "tool_use":
-                calls.append(ToolCall(id=b["id"], name=b["name"], arguments=json.dumps(b.get("input") or {},
-                                                                                         ensure_ascii=False)))
+                calls.append(ToolCall(id=b["id"], name=b["name"], arguments=_input_text(b)))
         content = "".join(texts)
         from_text, errors = False, []
         if not calls:  # calls written as text (--tool-format text, or a model that does so unasked)
@@ -317,10 +327,16 @@ class AnthropicClient(SDKClient):
                                       "function": {"name": c.name, "arguments": c.arguments}} for c in calls]
         if thinking:
             message["thinking_blocks"] = thinking
-        return ModelReply(content=(rest if from_text else content) or None, tool_calls=calls, message=message,
-                          reasoning="\n".join(reasoning) if reasoning else None,
-                          finish_reason=FINISH.get(stop, stop), usage=_usage(data.get("usage")),
-                          tool_calls_from_text=from_text, tool_call_errors=errors)
+        reply = ModelReply(content=(rest if from_text else content) or None, tool_calls=calls, message=message,
+                           reasoning="\n".join(reasoning) if reasoning else None,
+                           finish_reason=FINISH.get(stop, stop), usage=_usage(data.get("usage")),
+                           tool_calls_from_text=from_text, tool_call_errors=errors)
+        # a whole tool_use ends the turn (stop_reason tool_use): a max_tokens stop with one last was cut inside
+        # it, even where what came of its input parses
+        last = data["content"][-1] if data["content"] else {}
+        refuse_cut_calls(reply, self.params.get("max_tokens"),
+                         last_cut=None if from_text else last.get("type") == "tool_use")
+        return reply
 
 
 def message_json(content: bytes) -> dict:
@@ -342,6 +358,18 @@ def message_json(content: bytes) -> dict:
         if b.get("type") == "tool_use" and not (isinstance(b.get("id"), str) and isinstance(b.get("name"), str)):
             raise MalformedResponse(f"tool_use block {i} has no id or name: {excerpt(content)}")
     return data
+
+
+def _input_text(block: dict) -> str:
+    """A tool_use block's input as the call's arguments: the JSON of the object, or the text that
+    came when it is not one (a stream's input that did not parse, a server's string), so that the
+    tool layer tells the model its arguments were not a JSON object."""
+    if RAW_INPUT in block:
+        return block[RAW_INPUT]
+    value = block.get("input")
+    if isinstance(value, str):
+        return value
+    return json.dumps(value if value is not None else {}, ensure_ascii=False)
 
 
 def _usage(u: Any) -> Usage:
@@ -399,13 +427,7 @@ class StreamedMessage:
                 self.json_parts[event["index"]].append(delta["partial_json"])
                 pieces.append(("tool_call", ""))
         elif kind == "content_block_stop":
-            parts = self.json_parts.pop(event["index"], None)
-            if parts is not None:
-                try:
-                    self.blocks[event["index"]]["input"] = json.loads("".join(parts) or "{}")
-                except ValueError:
-                    text = "".join(parts)
-                    raise MalformedResponse(f"a tool call's input that is not JSON: {excerpt(text)}") from None
+            self.finish_input(event["index"])
         elif kind == "message_delta" and self.data is not None:
             self.data.update(event.get("delta") or {})
             usage = dict(self.data.get("usage") or {})
@@ -417,7 +439,22 @@ class StreamedMessage:
             self.first_token_at = time.perf_counter()
         return [p for p in pieces if p[1]]
 
+    def finish_input(self, index: int) -> None:
+        """Put a tool_use block's input together. Input that is not JSON (a model's mistake, or a cut
+        at max_tokens) is the model's to hear about as the call's error, not a failed request: it
+        is kept as text, and the same request would only be paid for again."""
+        parts = self.json_parts.pop(index, None)
+        if parts is None:
+            return
+        text = "".join(parts)
+        try:
+            self.blocks[index]["input"] = json.loads(text or "{}")
+        except ValueError:
+            self.blocks[index].update(input={}, **{RAW_INPUT: text})
+
     def message(self) -> dict:
         if self.data is None or not self.stopped:
             raise MalformedResponse(f"a stream cut short: {self.events} events and no message_stop")
+        for index in list(self.json_parts):  # a block the stream never closed (a cut at max_tokens)
+            self.finish_input(index)
         return dict(self.data, content=[self.blocks[i] for i in sorted(self.blocks)])

@@ -5,6 +5,7 @@ OpenAI-compatible server, or an RL trainer that generates tokens itself.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Optional, Protocol
 
@@ -52,6 +53,49 @@ class ModelReply:
     ttft_s: Optional[float] = None  # streamed: from sending the (successful) request to its first token
     streamed: bool = False
     logprobs: Optional[list[dict]] = None  # per sampled token: {token, logprob[, top]}, when asked for
+
+
+def refuse_cut_calls(reply: ModelReply, max_tokens: Optional[int], last_cut: Optional[bool] = None) -> None:
+    """A reply stopped by max_tokens (finish_reason "length") inside its last tool call: that call's
+    arguments are incomplete. It is not run and the model reads why, as the call's error (or, for
+    a call written as text that could not be read, in the nudge); the step gets one note saying
+    so, for the console. Calls complete before the cut run as usual. `max_tokens`: what the
+    request asked for, if it did; `last_cut`: whether the API says the last call was cut (None:
+    judged by whether its arguments are a whole JSON object)."""
+    if reply.finish_reason != "length":
+        return
+    limit = f"max_tokens ({max_tokens:,} tokens)" if max_tokens else "the server's max_tokens"
+    said = f"your reply was cut at {limit} before the call's arguments were complete"
+    cut_call, cut_error = None, False
+    text = reply.message.get("content")
+    if reply.tool_calls_from_text or (reply.tool_call_errors and not reply.tool_calls):
+        from .tool_text import last_call_cut
+
+        cut = last_call_cut(text if isinstance(text, str) else "")
+        if cut == "call" and reply.tool_calls:
+            cut_call = reply.tool_calls[-1]
+        cut_error = cut == "error" and bool(reply.tool_call_errors)
+    elif reply.tool_calls:
+        if last_cut is None:
+            last_cut = not _complete_object(reply.tool_calls[-1].arguments)
+        cut_call = reply.tool_calls[-1] if last_cut else None
+    if cut_call is not None:
+        cut_call.refused = (f"{said}, so it was not run; make the call again with shorter arguments "
+                            "(a long file can be written in several steps)")
+    elif cut_error:
+        reply.tool_call_errors[-1] = f"{said} ({reply.tool_call_errors[-1]})"
+    else:
+        return
+    name = cut_call.name if cut_call is not None else "a tool, written as text"
+    reply.notes.append(f"hint: the reply was cut at {limit} inside a call to {name}: not run, and the model was "
+                       "told why; raise --max-tokens if this happens often")
+
+
+def _complete_object(arguments: str) -> bool:
+    try:
+        return isinstance(json.loads(arguments or "{}"), dict)
+    except ValueError:
+        return False
 
 
 class ModelClient(Protocol):

@@ -18,6 +18,12 @@ server without tool support still works.
 
 Tools always travel with `tool_choice` ("auto" unless configured): some servers
 (llama-cpp-python's) read a request with tools but no tool_choice as "no tools".
+
+`logprobs` always travel with `top_logprobs` (1 unless more are asked for): llama-cpp-python's
+server sends none without it, llama-server none with 0. A server that refuses them for a request
+(llama-server with tools and streaming) or sends none gets said once, in the step's notes.
+A reply cut at max_tokens (`finish_reason: length`) inside its last tool call does not run that
+call: the model is told why (models/base.py `refuse_cut_calls`).
 """
 from __future__ import annotations
 
@@ -31,7 +37,7 @@ from typing import Any, Optional
 from urllib.parse import urlparse
 
 from ..tools.base import ToolCall
-from .base import ContextLengthError, ModelError, ModelReply, Usage
+from .base import ContextLengthError, ModelError, ModelReply, Usage, refuse_cut_calls
 from .retrying import (
     BACKOFF_S,
     EXCERPT_CHARS,
@@ -40,10 +46,12 @@ from .retrying import (
     MalformedResponse,
     RetryBudget,
     SDKClient,
+    StreamBroken,
     StreamStalled,
     broken_stream,
     excerpt,
     pump_stream,
+    rejected,
     retry_after_s,  # noqa: F401  (re-exported: tests and callers read it here)
     short,
     transport_failure,
@@ -54,6 +62,8 @@ CONTEXT_ERROR = re.compile(
     r"context length|context window|maximum context|context_length_exceeded|too many tokens|"
     r"exceeds? the (?:available )?context|prompt is too long|input is too long|reduce the length|"
     r"tokens exceed|exceed_context_size", re.I)
+LOGPROBS_REFUSED = re.compile(r"logprobs?\b.{0,60}\b(?:not supported|unsupported|not available)|"
+                             r"(?:not supported|unsupported)\b.{0,40}\blogprobs", re.I | re.S)
 MIN_MAX_TOKENS = 16
 MAX_SHRINKS = 4
 STALL_TIMEOUT_S = 120.0  # a stream silent this long has stalled
@@ -110,9 +120,12 @@ class OpenAIChatClient(SDKClient):
         if extra_body:
             self.params["extra_body"] = extra_body
         if logprobs:
+            # top_logprobs always goes along: llama-cpp-python's server sends no logprobs without it,
+            # and llama-server none with 0. The alternatives are recorded only when asked for.
             self.params["logprobs"] = True
-            if top_logprobs:
-                self.params["top_logprobs"] = top_logprobs
+            self.params["top_logprobs"] = top_logprobs or 1
+        self.record_top = bool(top_logprobs)
+        self.said_no_logprobs = False  # the reason none came is said once, not every step
         self.params.update(extra_params or {})
         self.timeout, self.max_retries = timeout, max_retries
         self.backoff, self.max_retry_after = backoff, max_retry_after
@@ -138,6 +151,9 @@ class OpenAIChatClient(SDKClient):
             self._client = openai.AsyncOpenAI(base_url=self.base_url, api_key=self.api_key or "EMPTY",
                                               timeout=self.timeout, max_retries=0, **kwargs)
         return self._client
+
+    def _resource(self) -> Any:
+        return self._client.chat.completions
 
     async def _complete(self, messages: list[dict], tools: Optional[list[dict]], t0: float) -> ModelReply:
         client = await self._ready_sdk()
@@ -168,6 +184,7 @@ class OpenAIChatClient(SDKClient):
                     data, ttft = await self._post(client, kwargs, body), None
                 reply = self._reply(data, messages)
                 reply.ttft_s, reply.streamed = ttft, self.stream
+                refuse_cut_calls(reply, kwargs.get("max_tokens") or kwargs.get("max_completion_tokens"))
                 break
             except openai.BadRequestError as e:
                 text = _error_text(e)
@@ -183,9 +200,8 @@ class OpenAIChatClient(SDKClient):
                     call_params[key] = smaller
                     shrinks += 1
                     continue
-                raise ModelError(budget.refuse(Failure("HTTP 400", f"the model server rejected the request "
-                                                                  f"(400): {text}", False))) from e
-            except (openai.APIError, MalformedResponse, StreamStalled, asyncio.TimeoutError) as e:
+                raise ModelError(budget.refuse(rejected(text))) from e
+            except (openai.APIError, MalformedResponse, StreamStalled, StreamBroken, asyncio.TimeoutError) as e:
                 await budget.failed(self._failure(e), e)
             except Exception as e:
                 failure = broken_stream(e, self.base_url)
@@ -193,7 +209,14 @@ class OpenAIChatClient(SDKClient):
                     raise
                 await budget.failed(failure, e)
         reply.latency_s = time.perf_counter() - t0
-        reply.notes = notes
+        reply.notes = notes + reply.notes
+        if self.params.get("logprobs") and reply.logprobs is None and not self.said_no_logprobs \
+                and (reply.content or reply.tool_calls):
+            self.said_no_logprobs = True
+            which = (" (some servers send none for tool calls: llama-cpp-python's chatml-function-calling format)"
+                     if reply.tool_calls else "")
+            reply.notes.append(f"hint: --logprobs: the model server sent no log probabilities for this reply{which}; "
+                               "steps without them record none (said once)")
         return reply
 
     async def _post(self, client: Any, kwargs: dict, body: dict) -> dict:
@@ -205,13 +228,16 @@ class OpenAIChatClient(SDKClient):
     async def _stream(self, client: Any, kwargs: dict, body: dict) -> tuple[dict, float]:
         """One streamed try: the chunks put together as one completion's JSON, and the moment
         (perf_counter) its first token came. `timeout` bounds the whole try, `stall_timeout` each gap."""
+        import openai
+
         body = dict(body)
         body.setdefault("stream_options", {"include_usage": True})
         deadline = time.perf_counter() + self.timeout
         stream = await asyncio.wait_for(
             client.chat.completions.create(**kwargs, messages=[], extra_body=body, stream=True), self.timeout)
         acc = StreamedCompletion()
-        await pump_stream(stream, acc.add, self.on_delta, self.stall_timeout, deadline, "chunks")
+        await pump_stream(stream, acc.add, self.on_delta, self.stall_timeout, deadline, "chunks",
+                          passthrough=(openai.APIError,))
         return acc.completion(), acc.first_token_at or time.perf_counter()
 
     def _failure(self, e: BaseException) -> Failure:
@@ -220,7 +246,17 @@ class OpenAIChatClient(SDKClient):
         return transport_failure(e, openai, self.base_url, self.timeout, "a chat completion", _error_text)
 
     def _adapt(self, text: str, notes: list[str]) -> bool:
-        """Fix parameters some models refuse (OpenAI reasoning models); True to retry."""
+        """Fix parameters some models or servers refuse (OpenAI reasoning models, llama-server's
+        logprobs with tools and streaming); True to retry."""
+        if "logprobs" in self.params and LOGPROBS_REFUSED.search(text):
+            self.params.pop("logprobs")
+            self.params.pop("top_logprobs", None)
+            self.said_no_logprobs = True
+            how = " (leave out --stream, or use --tool-format text, to record them)" if re.search(
+                r"stream", text, re.I) else ""
+            notes.append(f"hint: --logprobs: the model server refuses log probabilities here ({short(text, 120)}), "
+                         f"so this run records none{how}")
+            return True
         if "max_completion_tokens" in text and "max_tokens" in self.params:
             self.params["max_completion_tokens"] = self.params.pop("max_tokens")
             notes.append("server wants max_completion_tokens instead of max_tokens")
@@ -265,7 +301,8 @@ class OpenAIChatClient(SDKClient):
         return ModelReply(content=content, tool_calls=calls, message=message, reasoning=reasoning,
                           finish_reason=finish if isinstance(finish, str) else None,
                           usage=_usage(data, messages, message), tool_calls_from_text=from_text,
-                          tool_call_errors=errors, logprobs=token_logprobs(choice.get("logprobs")))
+                          tool_call_errors=errors,
+                          logprobs=token_logprobs(choice.get("logprobs"), top=self.record_top))
 
 
 def completion_json(content: bytes, content_type: Optional[str] = None) -> dict:
@@ -347,8 +384,9 @@ def _error_text(e: Exception) -> str:
     return short(str(getattr(e, "message", None) or e), EXCERPT_CHARS)
 
 
-def token_logprobs(data: Any) -> Optional[list[dict]]:
-    """The sampled tokens' log probabilities (`logprobs.content`), as [{token, logprob, top?}]."""
+def token_logprobs(data: Any, top: bool = True) -> Optional[list[dict]]:
+    """The sampled tokens' log probabilities (`logprobs.content`), as [{token, logprob, top?}]
+    (`top`: with the alternatives the server sent)."""
     content = data.get("content") if isinstance(data, dict) else None
     if not isinstance(content, list):
         return None
@@ -357,9 +395,9 @@ def token_logprobs(data: Any) -> Optional[list[dict]]:
         if not isinstance(t, dict) or not isinstance(t.get("logprob"), (int, float)):
             continue
         entry: dict[str, Any] = {"token": t.get("token"), "logprob": t["logprob"]}
-        top = t.get("top_logprobs")
-        if top:
-            entry["top"] = {x.get("token"): x.get("logprob") for x in top if isinstance(x, dict)}
+        alternatives = t.get("top_logprobs") if top else None
+        if alternatives:
+            entry["top"] = {x.get("token"): x.get("logprob") for x in alternatives if isinstance(x, dict)}
         out.append(entry)
     return out
 

@@ -4,8 +4,14 @@ The SDKs send the requests with their own retries off, so that every kind of fai
 one budget of `max_retries` and each retry is noted in the step it delayed:
 
 - 408, 409, 429 and 5xx answers (529 "overloaded" included), timeouts, refused or broken
-  connections, stalled streams, and a 200 whose body is not a completion are retried with
-  exponential backoff (0.5 s doubling to 8 s, less up to a quarter at random);
+  connections (whichever HTTP library raised it: httpx, httpx2, httpcore, ...), streams that
+  stall, break or cannot be read, error events inside a 200 stream (by their error type:
+  `overloaded_error` is retried, `invalid_request_error` is not), and a 200 whose body is not a
+  completion are retried with exponential backoff (0.5 s doubling to 8 s, less up to a quarter
+  at random);
+- an error naming a server start-up flag ("tools param requires --jinja flag") is the server's
+  configuration, the same on every try: never retried, and said with what to do
+  (`SETUP_HINTS`);
 - a `Retry-After` (or `retry-after-ms`) header, seconds or an HTTP date, is waited for
   exactly, up to `max_retry_after` (600 s): a server asking for more gets a clear error
   at once instead of a wait nobody expects.
@@ -17,8 +23,10 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import http.client
 import math
 import random
+import re
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -32,6 +40,9 @@ BACKOFF_S = (0.5, 8.0)  # first wait, longest wait
 MAX_RETRY_AFTER_S = 600.0  # the longest Retry-After waited for
 RETRY_STATUSES = frozenset({408, 409, 429})  # and every 5xx
 EXCERPT_CHARS = 300
+# what the SDKs' HTTP stack imports on its first request rather than at import time
+LAZY_MODULES = ("httpcore2._backends.anyio", "httpcore._backends.anyio", "anyio._backends._asyncio",
+                "opentelemetry.propagate")
 
 
 class MalformedResponse(Exception):
@@ -40,6 +51,36 @@ class MalformedResponse(Exception):
 
 class StreamStalled(Exception):
     """A streamed answer sent nothing for longer than the stall timeout."""
+
+
+class StreamBroken(Exception):
+    """Reading a streamed answer failed part way (the cause is the HTTP library's or the SDK's error)."""
+
+
+# Errors whose message names how the server was started: retrying gets the same answer. Each
+# pattern (matched on the server's message) gives what to tell the user.
+SETUP_HINTS = (
+    (re.compile(r"tools? param\w* requires --jinja", re.I),
+     "llama-server takes tools only with its --jinja flag: restart it with --jinja, or run with "
+     "--tool-format text (the tools then go in the system prompt)"),
+    (re.compile(r"--enable-auto-tool-choice|--tool-call-parser", re.I),
+     "start vLLM with --enable-auto-tool-choice --tool-call-parser <the model's parser>, or run with "
+     "--tool-format text"),
+    (re.compile(r"does not support tools", re.I),
+     "this model or server takes no tools: run with --tool-format text"),
+)
+NAMES_A_FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9]*(?:-[a-z0-9]+)*\b")  # "--jinja", "--enable-x"
+
+
+def setup_hint(text: str) -> Optional[str]:
+    """What to do about a server error caused by how the server was started; None for other errors.
+    A message that names a command-line flag is taken as such even when no hint here knows it."""
+    for pattern, hint in SETUP_HINTS:
+        if pattern.search(text):
+            return hint
+    if NAMES_A_FLAG.search(text):
+        return "the server names a start-up flag: restart it with that flag set"
+    return None
 
 
 @dataclass
@@ -101,6 +142,12 @@ def status_failure(code: int, text: str, headers: Any, base_url: Optional[str], 
     hint = headers.get("x-should-retry") if headers is not None else None  # the server's own say
     if hint in ("true", "false"):
         retry = hint == "true"
+    # the server's configuration: every retry would get the same answer (401/403/404/429 have
+    # their own advice, and a flag named there may well be the client's)
+    setup = setup_hint(text) if code >= 500 or code in (400, 422) else None
+    if setup:
+        retry = False
+        text = f"{text} ({setup})"
     if code == 401:
         text = f"authentication failed at {base_url}: {text} (check {key_hint})"
     elif code == 404:
@@ -114,6 +161,13 @@ def status_failure(code: int, text: str, headers: Any, base_url: Optional[str], 
     else:
         text = f"the model server rejected the request ({code}): {text}"
     return Failure(f"HTTP {code}", text, retry, retry_after_s(headers))
+
+
+def rejected(text: str) -> Failure:
+    """A 400: never retried; with what to do when the server says how it was started."""
+    setup = setup_hint(text)
+    return Failure("HTTP 400", f"the model server rejected the request (400): {text}"
+                               + (f" ({setup})" if setup else ""), False)
 
 
 class RetryBudget:
@@ -158,10 +212,14 @@ class RetryBudget:
         return f"{last.text} ({tries} tries in {time.perf_counter() - self.t0:.1f} s: {tally}; {why})"
 
 
-async def pump_stream(stream: Any, add, on_delta, stall_timeout: float, deadline: float, unit: str) -> None:
+async def pump_stream(stream: Any, add, on_delta, stall_timeout: float, deadline: float, unit: str,
+                      passthrough: tuple[type, ...] = ()) -> None:
     """Read an SDK stream to its end, handing each item (as a dict) to `add`, which returns the
     (kind, text) pieces to show. A gap longer than `stall_timeout` raises StreamStalled; passing
-    `deadline` (perf_counter) raises asyncio.TimeoutError. The stream is closed either way."""
+    `deadline` (perf_counter) raises asyncio.TimeoutError; any other failure to read the next item
+    (a connection cut mid-body, an event that is not JSON), except the SDK's own `passthrough`
+    errors, raises StreamBroken: a failed try, whichever library raised it. The stream is closed
+    either way."""
     count = 0
     try:
         items = stream.__aiter__()
@@ -176,12 +234,72 @@ async def pump_stream(stream: Any, add, on_delta, stall_timeout: float, deadline
                     raise
                 raise StreamStalled(f"the model server's stream sent nothing for {stall_timeout:g} s "
                                     f"({count} {unit} had come)") from None
+            except passthrough:
+                raise
+            except Exception as e:
+                raise StreamBroken(f"after {count} {unit}") from e
             count += 1
             for kind, text in add(item.to_dict()):
                 if on_delta is not None:
                     on_delta(kind, text)
     finally:
-        await stream.close()
+        try:
+            await stream.close()
+        except Exception:  # closing a broken connection can fail too; the first error is the one to tell
+            pass
+
+
+# The HTTP stacks the SDKs use (httpx or the httpx2 they vendor, httpcore, h11, anyio), by package
+# name with any version suffix: their errors are the network's, whatever the package is called.
+TRANSPORT_PACKAGES = re.compile(r"^(httpx|httpcore|h11|h2|anyio|aiohttp)\d*$")
+TRANSPORT_NAMES = frozenset({"RemoteProtocolError", "LocalProtocolError", "ProtocolError", "ReadError",
+                             "WriteError", "NetworkError", "TransportError", "ConnectError", "IncompleteRead",
+                             "ClosedResourceError", "BrokenResourceError", "EndOfStream"})
+
+
+def transport_error(e: Optional[BaseException]) -> Optional[BaseException]:
+    """The error in `e`'s chain (itself, then its causes) that is a broken or refused connection,
+    judged by its classes (their package and name) rather than one library's classes; None if none is."""
+    seen: set[int] = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, (ConnectionError, http.client.IncompleteRead)):
+            return e
+        for cls in type(e).__mro__:
+            if cls.__name__ in TRANSPORT_NAMES or TRANSPORT_PACKAGES.match(cls.__module__.split(".")[0]):
+                return e
+        e = e.__cause__ or e.__context__
+    return None
+
+
+def network_failure(e: BaseException, base_url: Optional[str], when: str = "") -> Failure:
+    """A broken or refused connection (`e` from transport_error) as a retried Failure; `when` says
+    how far the answer had come ("after 4 events of its stream")."""
+    error = f"{type(e).__name__}: {e}"
+    if "Timeout" in type(e).__name__:
+        return Failure("timeout", f"the model server stopped answering{when and ' ' + when}: {error}", True)
+    if type(e).__name__ == "ConnectError" or isinstance(e, ConnectionRefusedError):
+        return Failure("connection refused", f"cannot reach the model server at {base_url}: {error}", True)
+    return Failure("connection broken", f"the connection to the model server at {base_url} broke "
+                                        f"{when or 'before a complete answer'}: {error}", True)
+
+
+# The error types of an `error` event inside a 200 stream (the Messages API's), as the HTTP status
+# the same error has outside a stream, so both are retried alike.
+ERROR_EVENT_STATUS = {"invalid_request_error": 400, "authentication_error": 401, "billing_error": 402,
+                      "permission_error": 403, "not_found_error": 404, "request_too_large": 413,
+                      "rate_limit_error": 429, "api_error": 500, "timeout_error": 504, "overloaded_error": 529}
+
+
+def error_event_failure(body: Any, text: str, base_url: Optional[str], **hints: str) -> Failure:
+    """An error event inside a 200 stream, retried as the same error outside a stream would be
+    (a type not known here as a 500: retried)."""
+    inner = body.get("error", body) if isinstance(body, dict) else None
+    kind = inner.get("type") if isinstance(inner, dict) else None
+    code = ERROR_EVENT_STATUS.get(kind, 500)
+    retry = status_failure(code, text, None, base_url, **hints).retry
+    return Failure(f"error event {kind or '(no type)'}", f"the model server's stream ended with an error event "
+                                                         f"({kind or 'no type'}): {text}", retry)
 
 
 def transport_failure(e: BaseException, sdk: Any, base_url: Optional[str], timeout: float, answer: str,
@@ -193,6 +311,13 @@ def transport_failure(e: BaseException, sdk: Any, base_url: Optional[str], timeo
                        True)
     if isinstance(e, StreamStalled):
         return Failure("stream stalled", str(e), True)
+    if isinstance(e, StreamBroken):
+        cause = e.__cause__
+        broken = transport_error(cause)
+        if broken is not None:
+            return network_failure(broken, base_url, f"{e} of its stream")
+        return Failure("stream unreadable", f"the model server's stream could not be read {e}: "
+                                            f"{type(cause).__name__}: {short(str(cause))}", True)
     if isinstance(e, (asyncio.TimeoutError, sdk.APITimeoutError)):
         return Failure("timeout", f"the model server did not answer within {timeout:g}s", True)
     if isinstance(e, sdk.APIConnectionError):
@@ -202,6 +327,8 @@ def transport_failure(e: BaseException, sdk: Any, base_url: Optional[str], timeo
         return Failure("connection broken", f"the connection to the model server at {base_url} broke "
                                             f"before a complete answer: {cause}", True)
     if isinstance(e, sdk.APIStatusError):
+        if e.status_code < 400:  # an error event inside a 200 stream: judged by its error type
+            return error_event_failure(getattr(e, "body", None), error_text(e), base_url, **hints)
         return status_failure(e.status_code, error_text(e), e.response.headers, base_url, **hints)
     if isinstance(e, sdk.APIError):  # an error event inside a stream
         return Failure("error event", f"the model server sent an error in its stream: {e}", True)
@@ -209,19 +336,18 @@ def transport_failure(e: BaseException, sdk: Any, base_url: Optional[str], timeo
 
 
 def broken_stream(e: BaseException, base_url: Optional[str]) -> Optional[Failure]:
-    """A stream cut mid-way surfaces as the HTTP library's own error, not the SDK's: its Failure,
-    or None for any other exception (a bug, to be raised)."""
-    if type(e).__module__.split(".")[0] not in ("httpx", "httpcore"):
-        return None
-    return Failure("connection broken", f"the connection to the model server at {base_url} broke before a "
-                                        f"complete answer: {e!r}", True)
+    """A failure the SDK let through as the HTTP library's own error (a body cut mid-way): its
+    Failure, or None for any other exception (a bug, to be raised)."""
+    broken = transport_error(e)
+    return None if broken is None else network_failure(broken, base_url)
 
 
 class SDKClient:
     """What the HTTP clients share around their SDK: the SDK client made on first use (its import
-    runs on a thread, so an event loop busy starting a sandbox is not blocked), closed with them,
-    and a failed request's time kept on the ModelError that ends it. A subclass gives `_sdk()`
-    (make `self._client`) and `_complete(messages, tools, t0)`."""
+    runs on a thread, so an event loop busy starting a sandbox is not blocked, and before the
+    request's clock starts), closed with them, and a failed request's time kept on the ModelError
+    that ends it. A subclass gives `_sdk()` (make `self._client`), `_resource()` and
+    `_complete(messages, tools, t0)`."""
 
     _client: Any = None
     _secrets: Optional[set[str]] = None
@@ -234,8 +360,25 @@ class SDKClient:
 
     async def _ready_sdk(self) -> Any:
         if self._client is None:
-            await asyncio.get_running_loop().run_in_executor(None, self._sdk)
+            await asyncio.get_running_loop().run_in_executor(None, self._warm_sdk)
         return self._client
+
+    def _warm_sdk(self) -> None:
+        """Make the SDK client and load what its first request would load lazily (its API resource,
+        the HTTP library's async backend, the tracing propagators), so none of it is timed as the model's."""
+        import importlib
+
+        self._sdk()
+        self._resource()
+        for name in LAZY_MODULES:
+            try:
+                importlib.import_module(name)
+            except Exception:  # absent in this SDK version, or failing to load: the request would say so
+                pass
+
+    def _resource(self) -> Any:
+        """The SDK's API resource the requests go through (loaded on first use by the SDK)."""
+        raise NotImplementedError
 
     async def close(self) -> None:
         if self._client is not None:
@@ -243,6 +386,9 @@ class SDKClient:
             self._client = None
 
     async def complete(self, messages: list[dict], tools: Optional[list[dict]] = None):
+        # the SDK is imported (seconds, the first time) before the clock starts: a step's model
+        # time is the request's, not insandbox's own start-up
+        await self._ready_sdk()
         t0 = time.perf_counter()
         try:
             reply = await self._complete(messages, tools, t0)

@@ -48,6 +48,21 @@ def parse_text_tool_calls(content: Optional[str]) -> tuple[list[ToolCall], str, 
     return _read_bare_json(content)
 
 
+def last_call_cut(content: str) -> Optional[str]:
+    """For a reply cut short: whether its last call written as text was still being written, and
+    what reading it gave: "call" (it read as a call anyway), "error" (it could not be read), or
+    None (the text ends after a complete call, or holds none)."""
+    if "<tool_call>" in content:
+        if content.rstrip().endswith("</tool_call>"):
+            return None
+        block = content[content.rindex("<tool_call>") + len("<tool_call>"):]
+        if "</tool_call>" in block:  # the last block closed; text after it
+            return None
+        return "call" if _read_block(block.strip())[0] is not None else "error"
+    calls, _, errors = _read_bare_json(content)
+    return "error" if errors and not calls else None
+
+
 def _read_block(block: str) -> tuple[Optional[ToolCall], str]:
     block = block.strip()
     if block.startswith("<function="):

@@ -2,7 +2,8 @@
 whatever the model sent.
 
 `ToolBox.call` is the one place where errors the model caused become tool errors: bad
-JSON, an unknown tool, wrong arguments, text that is not valid Unicode, and any
+JSON, a call the model client refused (cut at max_tokens before its arguments were
+complete), an unknown tool, wrong arguments, text that is not valid Unicode, and any
 `OperationError` from the sandbox (a missing file, a FIFO or device where a file was
 expected, a path the server cannot open) become an error message the model reads, and
 the episode goes on. A `SandboxError` (the sandbox itself is broken) passes through and
@@ -80,6 +81,8 @@ class ToolBox:
         t0 = time.perf_counter()
         tool = self.tools.get(call.name)
         try:
+            if call.refused:
+                raise ToolArgumentError(call.refused)
             if tool is None:
                 raise ToolArgumentError(f"there is no tool named {call.name!r}. Available tools: "
                                         f"{', '.join(self.tools)}")

@@ -14,6 +14,7 @@ class ToolCall:
     id: str
     name: str
     arguments: str = "{}"
+    refused: Optional[str] = None  # why it must not run (set by the model client: cut at max_tokens); told the model
 
 
 @dataclass
