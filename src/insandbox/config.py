@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .core.redact import fits, is_redacted, redact, secrets_in
+from .core.units import parse_size
 
 if TYPE_CHECKING:
     from .agent.env import EnvConfig
@@ -35,12 +36,6 @@ class ConfigError(ValueError):
     """A setting is missing or wrong; the message says how to fix it."""
 
 
-def parse_size(text: str) -> int:
-    """Bytes from 512, 512k, 64m, 1.5g (binary units)."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*", str(text).lower())
-    if not m:
-        raise ValueError(f"{text!r} is not a size (e.g. 512m, 2g)")
-    return int(float(m.group(1)) * 1024 ** " kmgt".index(m.group(2) or " "))
 
 
 class RunConfig(BaseModel):

@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 
 from insandbox.config import ConfigError
-from insandbox.models.pricing import PACKAGED, is_local, load_prices, read_price_file
+from insandbox.core.units import is_local
+from insandbox.models.pricing import PACKAGED, load_prices, read_price_file
 
 
 @pytest.fixture(autouse=True)

@@ -36,9 +36,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..analysis.accounting import token_breakdown
 from ..config import ConfigError, RunConfig, restored
 from ..core.episode import ExitReason
+from ..core.extras import require
 from ..core.redact import redact, secrets_in
 from ..core.trajectory import now_iso
-from ..extras import require
 from ..models.base import ModelClient
 from ..models.openai_compat import OpenAIChatClient
 from ..models.pricing import Price, PriceTable, load_prices

@@ -93,7 +93,7 @@ def _command_of(argv: list[str]) -> str:
 def _missing_need(e: BaseException, command: str) -> Optional[str]:
     """The one line for a failure that is no bug but something this machine lacks: the sandbox engine
     (a SandboxError, also as the cause of another error) or an optional extra; None for anything else."""
-    from ..extras import MissingExtra, install_hint
+    from ..core.extras import MissingExtra, install_hint
     from ..sandbox import SandboxError
 
     seen = e

@@ -194,7 +194,7 @@ def _shared_settings(*, provider, tool_format, stream, stall_timeout, logprobs, 
                      runtime, cap_add, env, max_output_file_size, max_output_size, max_output_files,
                      max_sandboxes) -> dict:
     """RunConfig fields from the shared options; BadArgument for what typer cannot check."""
-    from ..config import parse_size
+    from ..core.units import parse_size
 
     if network == "host":
         _warn_host_network()
@@ -259,7 +259,7 @@ def _sandbox_given(*, image, network, cap_add, runtime, memory, cpus, pids_limit
     """The sandbox options replay and fork were given, as RunConfig fields (absent: not given; a value of
     None: no limit), the same values as for run. Only these grant what a run folder asks beyond the
     defaults (replay/grants.py). BadArgument or ConfigError for a bad value."""
-    from ..config import parse_size
+    from ..core.units import parse_size
 
     out = {k: v for k, v in (("image", image), ("network", network), ("cap_add", cap_add)) if v is not None}
     if runtime is not None:

@@ -28,7 +28,7 @@ from ..bench.data import Row
 from ..bench.runner import BenchAborted, BenchConfig, BenchRun, EngineOutage, safe_name
 from ..config import ConfigError
 from ..core.redact import redact
-from ..models.openai_compat import is_loopback
+from ..core.units import is_loopback
 from .cluster import NodePool, NoNodesLeft, connect, disconnect
 
 

@@ -31,9 +31,10 @@ import json
 import time
 from typing import Any, Optional
 
+from ..core.units import is_loopback
 from ..tools.base import ToolCall
 from .base import ContextLengthError, ModelError, ModelReply, Usage, refuse_cut_calls
-from .openai_compat import CONTEXT_ERROR, STALL_TIMEOUT_S, DeltaHook, is_loopback
+from .openai_compat import CONTEXT_ERROR, STALL_TIMEOUT_S, DeltaHook
 from .retrying import (
     BACKOFF_S,
     MAX_RETRY_AFTER_S,

@@ -28,14 +28,13 @@ call: the model is told why (models/base.py `refuse_cut_calls`).
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import json
 import re
 import time
 from collections.abc import Callable
 from typing import Any, Optional
-from urllib.parse import urlparse
 
+from ..core.units import is_loopback
 from ..tools.base import ToolCall
 from .base import ContextLengthError, ModelError, ModelReply, Usage, refuse_cut_calls
 from .retrying import (
@@ -70,17 +69,8 @@ STALL_TIMEOUT_S = 120.0  # a stream silent this long has stalled
 DeltaHook = Callable[[str, str], None]  # (kind: "content" | "reasoning", text)
 
 
-def is_loopback(url: Optional[str]) -> bool:
-    return is_loopback_host(urlparse(url or "").hostname or "")
 
 
-def is_loopback_host(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def shrink_max_tokens(message: str, current: Optional[int]) -> Optional[int]:

@@ -24,14 +24,12 @@ from __future__ import annotations
 
 import datetime as _dt
 import fnmatch
-import ipaddress
 import math
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Optional
-from urllib.parse import urlparse
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -237,16 +235,3 @@ def usd(amount: Optional[float]) -> str:
         return f"${amount:,.2f}"
     return f"${amount:.{min(-math.floor(math.log10(amount)) + 2, 8)}f}"
 
-
-def is_local(base_url: Optional[str]) -> bool:
-    """An endpoint on this machine: the embedded model, localhost, a loopback or unspecified address."""
-    if base_url == "embedded":
-        return True
-    host = urlparse(base_url or "").hostname or ""
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        ip = ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return ip.is_loopback or ip.is_unspecified

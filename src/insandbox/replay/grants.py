@@ -16,7 +16,8 @@ from collections.abc import Callable
 from typing import Any, Optional
 from urllib.parse import urlparse
 
-from ..config import DEFAULT_IMAGE, RunConfig, parse_size
+from ..config import DEFAULT_IMAGE, RunConfig
+from ..core.units import parse_size
 from .safe_files import UnsafeRunFolder
 
 SAFE_NETWORKS = ("bridge", "none", "registries")
@@ -92,7 +93,7 @@ def sandbox_settings(config: dict, given: Optional[dict] = None) -> tuple[dict, 
 
 
 def _local_url(url: str) -> bool:
-    from ..models.openai_compat import is_loopback
+    from ..core.units import is_loopback
 
     p = urlparse(url)
     return p.scheme in ("http", "https") and "@" not in p.netloc and "***" not in url and is_loopback(url)

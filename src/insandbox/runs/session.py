@@ -23,7 +23,8 @@ from ..agent.env import SandboxEnv, Task
 from ..core.episode import ExitReason
 from ..models.base import ModelClient
 from ..models.openai_compat import OpenAIChatClient
-from ..models.pricing import Price, PriceTable, is_local, load_prices
+from ..core.units import is_local
+from ..models.pricing import Price, PriceTable, load_prices
 from ..prompts import PromptConfig, load_prompt_config
 from ..core.redact import redact
 from ..sandbox import OperationError, SandboxError, SandboxSpec, SetupError, backend_class

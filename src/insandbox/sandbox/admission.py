@@ -78,7 +78,7 @@ class Thresholds:
     @classmethod
     def from_environment(cls, base: Optional[Thresholds] = None) -> Thresholds:
         """`base` with INSANDBOX_ADMIT_<FIELD> and INSANDBOX_MAX_SANDBOXES applied."""
-        from ..config import parse_size
+        from ..core.units import parse_size
 
         out = base or cls()
         for f in fields(cls):

@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.staticfiles import StaticFiles
 
-from ..models.openai_compat import is_loopback_host as is_loopback
+from ..core.units import is_loopback_host as is_loopback
 from ..sandbox.copyback import human_size
 from .files import Listings, NotInside, language_of, shown, url_path, url_query
 from .guard import Guard

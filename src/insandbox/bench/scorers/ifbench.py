@@ -40,7 +40,7 @@ class IFBench:
         try:
             self.registry = _registry()
         except ImportError:
-            from ...extras import MissingExtra
+            from ...core.extras import MissingExtra
 
             raise MissingExtra("the instruct_follow scorer needs if-verifiable (Python >= 3.11): "
                                "pip install 'insandbox[bench]'", name="if_verifiable") from None

@@ -22,6 +22,7 @@ import uuid
 from pathlib import Path
 from typing import ClassVar, Optional
 
+from ...core.units import parse_size
 from .. import admission
 from ..base import (
     Capabilities,
@@ -356,7 +357,7 @@ class DockerSandbox(DockerFiles):
         info = await engine.call(api.inspect_container, self.container_id)
         upper = (info.get("GraphDriver") or {}).get("Data", {}).get("UpperDir", "")
         try:
-            await engine.call(disk.attach, upper, limits.parse_size(lim.disk))
+            await engine.call(disk.attach, upper, parse_size(lim.disk))
         except (OSError, subprocess.SubprocessError) as e:
             raise SandboxError(f"could not give the sandbox its {lim.disk} disk ({e}); "
                                "--disk none runs it without a disk limit") from None

@@ -15,6 +15,7 @@ from __future__ import annotations
 import threading
 from typing import Optional
 
+from ...core.units import parse_size
 from ..base import SandboxLimits
 from ..guest.protocol import STATE_DIR
 from . import engine
@@ -31,12 +32,6 @@ _lock = threading.Lock()
 _mode: dict[str, tuple[Optional[str], str]] = {}  # docker host -> (how the disk is capped, or None; why not)
 _driver: dict[str, str] = {}
 _image_size: dict[tuple[str, str], int] = {}
-
-
-def parse_size(text: str) -> int:
-    from ...config import parse_size as parse
-
-    return parse(text)
 
 
 def disk_mode(api) -> tuple[Optional[str], str]:
