@@ -6,4 +6,6 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 echo "[test] ruff check"
 .venv/bin/ruff check .
+echo "[test] import contracts (lint-imports)"
+.venv/bin/lint-imports --no-cache
 exec .venv/bin/python -m pytest -q "$@"

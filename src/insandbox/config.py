@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from .core.errors import ConfigError  # noqa: F401 (raised for bad settings)
 from .core.redact import fits, is_redacted, redact, secrets_in
 from .core.units import parse_size
 
@@ -32,8 +33,6 @@ _IMAGE_REF = re.compile(
     r"(?::[\w][\w.-]{0,127})?(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?", re.ASCII)
 
 
-class ConfigError(ValueError):
-    """A setting is missing or wrong; the message says how to fix it."""
 
 
 

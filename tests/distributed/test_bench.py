@@ -9,8 +9,9 @@ from pathlib import Path
 
 import psutil
 
-from insandbox.bench.runner import BenchConfig, run_bench
+from insandbox.bench.runner import BenchConfig
 from insandbox.config import RunConfig
+from insandbox.distributed.bench import run_bench
 from insandbox.sandbox.docker import LABEL, LABEL_OWNER, engine
 from tests.helpers import cli
 

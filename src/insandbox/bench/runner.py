@@ -29,7 +29,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Optional, Protocol
+from typing import Any, Literal, Optional, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -555,20 +555,20 @@ class BenchRun:
         return summary
 
 
+def resumed_config(cfg: BenchConfig, resume: Optional[Path], concurrency: Optional[int]) -> BenchConfig:
+    """The settings a run goes on with: a resumed run's own (with the credentials given again)."""
+    if resume is None:
+        return cfg
+    cfg = _with_credentials(load_bench_config(resume), cfg)
+    return cfg.model_copy(update={"concurrency": concurrency}) if concurrency else cfg
+
+
 async def run_bench(cfg: BenchConfig, progress: Optional[BenchProgress] = None,
                     resume: Optional[Path] = None, concurrency: Optional[int] = None,
-                    ray: Optional[str] = None) -> BenchResult:
-    """Run (or, with `resume`, finish) a benchmark; with `ray` (a cluster address, or "auto") the
-    samples run on the nodes of that Ray cluster."""
-    if resume is not None:
-        cfg = _with_credentials(load_bench_config(resume), cfg)
-        if concurrency:
-            cfg = cfg.model_copy(update={"concurrency": concurrency})
-    executor = None
-    if ray:
-        from ..distributed.bench import RayBenchExecutor
-
-        executor = RayBenchExecutor(ray, cfg)  # joins the cluster now: a wrong address stops before any folder exists
+                    executor: Optional[Any] = None) -> BenchResult:
+    """Run (or, with `resume`, finish) a benchmark, on this machine or through `executor` (an executor
+    of distributed/, e.g. over a Ray cluster: distributed.bench.run_bench), which it closes."""
+    cfg = resumed_config(cfg, resume, concurrency)
     try:
         return await BenchRun(cfg, run_dir=resume, progress=progress, executor=executor).run()
     finally:

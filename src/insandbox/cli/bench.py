@@ -114,9 +114,10 @@ def bench(
     from ..bench.data import DataError
     from ..bench.progress import RichBenchProgress
     from ..bench.report import rich_tables, write_report
-    from ..bench.runner import BenchAborted, BenchConfig, run_bench
+    from ..bench.runner import BenchAborted, BenchConfig
     from ..bench.tasks import builtin_tasks, load_task
     from ..config import ConfigError
+    from ..distributed.bench import run_bench  # on this machine, or with --ray on a cluster
     from .console import make_console, shown
 
     console = make_console()

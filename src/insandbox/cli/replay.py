@@ -60,10 +60,10 @@ def replay(
     given here. Exit status 0 when the replay ran, whatever it found; 1 when the sandbox failed; 2 for bad
     arguments (no trajectory, input files gone, a bad --ignore, a run folder asking for what it may not)."""
     from ..config import ConfigError
-    from ..replay.inputs import InputsMissing
     from ..replay.replayer import Replayer, ReplayError, load_recorded
     from ..replay.report import print_report, write_json
-    from ..replay.safe_files import UnsafeRunFolder
+    from ..runs.inputs import InputsMissing
+    from ..runs.safe_files import UnsafeRunFolder
     from ..runs.session import prepare_sandbox
     from .console import make_console
 
@@ -133,9 +133,9 @@ def fork(
     or the sandbox failed; 2 for bad arguments (and a run folder asking for what it may not)."""
     from ..config import ConfigError
     from ..replay.fork import fork_run
-    from ..replay.inputs import InputsMissing
     from ..replay.replayer import ReplayError
-    from ..replay.safe_files import UnsafeRunFolder
+    from ..runs.inputs import InputsMissing
+    from ..runs.safe_files import UnsafeRunFolder
     from .console import make_console, shown
 
     if tool_format not in (None, "native", "text"):

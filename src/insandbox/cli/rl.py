@@ -1,28 +1,18 @@
-"""`insandbox rl ...`: each command lives with its area (data/, rollout/, trainers/) and is
-registered here; modules are imported when the command runs, so `insandbox --help` stays fast."""
+"""`insandbox rl ...`: build context tasks, run token-level rollouts, train, export. Each command's module
+imports what it needs when it runs, so `insandbox --help` stays fast."""
 from __future__ import annotations
-
-import importlib
-from typing import Any
 
 import typer
 
+from ..rl.trainers.verl_data import verl_data
+from .rl_data import build_data
+from .rl_rollout import rollout
+from .rl_train import export, train
+
 app = typer.Typer(no_args_is_help=True, help="LLM-in-Sandbox-RL: build context tasks, run token-level rollouts in "
                                              "sandboxes, train with GRPO.")
-
-COMMANDS = {
-    "build-data": "insandbox.rl.data.command:build_data",
-    "rollout": "insandbox.rl.rollout.command:rollout",
-    "train": "insandbox.rl.trainers.command:train",
-    "export": "insandbox.rl.trainers.command:export",
-    "verl-data": "insandbox.rl.trainers.verl_data:verl_data",
-}
-
-
-def _load(path: str) -> Any:
-    module, attr = path.split(":")
-    return getattr(importlib.import_module(module), attr)
-
-
-for _name, _path in COMMANDS.items():
-    app.command(_name)(_load(_path))
+app.command("build-data")(build_data)
+app.command("rollout")(rollout)
+app.command("train")(train)
+app.command("export")(export)
+app.command("verl-data")(verl_data)

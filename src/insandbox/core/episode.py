@@ -119,8 +119,7 @@ class Episode:
 
     def end_on_error(self, error: BaseException) -> ExitReason:
         """Map a failure to its exit reason (and end the episode with it)."""
-        from ..models.base import ContextLengthError, ModelError
-        from ..sandbox.base import SandboxBrokenByItself, SandboxError, SetupError
+        from .errors import ContextLengthError, ModelError, SandboxBrokenByItself, SandboxError, SetupError
 
         if isinstance(error, ContextLengthError):
             reason = ExitReason.CONTEXT_LENGTH

@@ -28,9 +28,9 @@ from typing import Any, Optional
 from pydantic import BaseModel, Field
 from pydantic_core import PydanticSerializationError
 
-from ..models.pricing import Price
 from . import hostfiles
 from .episode import ExitReason
+from .price import Price
 
 SCHEMA_VERSION = 3
 

@@ -175,3 +175,16 @@ class RayBenchExecutor:
         if self._connected:
             disconnect()
             self._connected = False
+
+
+async def run_bench(cfg: BenchConfig, progress=None, resume: Optional[Path] = None, concurrency: Optional[int] = None,
+                    ray: Optional[str] = None):
+    """bench.runner.run_bench, with `ray` (a cluster address, or "auto"): the samples run on the nodes of
+    that Ray cluster."""
+    from ..bench import runner
+
+    executor = None
+    if ray:
+        # joins the cluster now: a wrong address stops before any folder exists
+        executor = RayBenchExecutor(ray, runner.resumed_config(cfg, resume, concurrency))
+    return await runner.run_bench(cfg, progress, resume=resume, concurrency=concurrency, executor=executor)

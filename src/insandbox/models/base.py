@@ -9,18 +9,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Optional, Protocol
 
+from ..core.errors import ContextLengthError, ModelError  # noqa: F401 (the model's failures)
 from ..tools.base import ToolCall
-
-
-class ModelError(RuntimeError):
-    """The model server could not give an answer (after retries): ends the run.
-    `latency_s` is how long the request was tried, so the time is never lost."""
-
-    latency_s: float = 0.0
-
-
-class ContextLengthError(ModelError):
-    """The conversation no longer fits the model's context, even with a smaller max_tokens."""
 
 
 @dataclass

@@ -25,12 +25,12 @@ from ..config import RunConfig, refuse_redacted
 from ..core import hostfiles
 from ..core.trajectory import StepRecord, Trajectory
 from ..models.pricing import load_prices
+from ..runs.inputs import save_input_files
+from ..runs.safe_files import check_new_folder, new_folder
 from ..runs.session import RunResult, _collect, make_model_client, new_run_id, prepare_sandbox, price_of, settings
 from ..sandbox import SandboxError
 from .grants import check_model_server
-from .inputs import save_input_files
 from .replayer import SANDBOX_DIRS, RecordedRun, Replayer, ReplayError, ReplayReport, load_recorded
-from .safe_files import check_new_folder, new_folder
 
 # the model's settings: taken from the command line where given, else as recorded
 MODEL_KEYS = ("provider", "model", "base_url", "api_key", "gguf", "temperature", "max_tokens", "extra_body",

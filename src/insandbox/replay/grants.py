@@ -18,7 +18,7 @@ from urllib.parse import urlparse
 
 from ..config import DEFAULT_IMAGE, RunConfig
 from ..core.units import parse_size
-from .safe_files import UnsafeRunFolder
+from ..runs.safe_files import UnsafeRunFolder
 
 SAFE_NETWORKS = ("bridge", "none", "registries")
 

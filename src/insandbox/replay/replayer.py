@@ -30,10 +30,10 @@ from ..agent.env import SandboxEnv, Task
 from ..config import ConfigError, RunConfig, validated
 from ..core.trajectory import Trajectory
 from ..prompts import PromptConfig, load_prompt_config
+from ..runs.inputs import FoundInputs, find_inputs
+from ..runs.safe_files import SMALL_FILE_MAX_BYTES, TRAJECTORY_MAX_BYTES, read_file
 from ..tools import ToolCall
 from .grants import CHECKED, sandbox_settings
-from .inputs import FoundInputs, find_inputs
-from .safe_files import SMALL_FILE_MAX_BYTES, TRAJECTORY_MAX_BYTES, read_file
 
 IGNORED = "<ignored>"
 DIFF_MAX_LINES = 40

@@ -270,7 +270,7 @@ def _inputs_record(task: Task, run_dir: Path, keep: bool) -> dict:
     """What replay and fork need of the inputs: their digests, and (`keep`: sandbox mode, the one they
     replay) the in-memory files kept in run_dir/inputs/, as nothing else keeps them. Never fails the
     run: what cannot be kept is left out."""
-    from ..replay.inputs import input_digests, save_input_files
+    from .inputs import input_digests, save_input_files
 
     try:
         record = {"input_digests": input_digests(task.input_dir, task.input_files)}

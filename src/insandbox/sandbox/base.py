@@ -21,15 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Optional, Protocol, runtime_checkable
 
-
-class SandboxError(RuntimeError):
-    """The sandbox itself failed (engine unreachable, container died, channel broke):
-    an infrastructure error, never the model's fault."""
-
-
-class SandboxBrokenByItself(SandboxError):
-    """The sandbox died of what its own processes did (its memory limit killed the container,
-    its server with it): still `sandbox_error`, but the model's doing (Episode.exit_cause "sandbox")."""
+from ..core.errors import SandboxBrokenByItself, SandboxError, SetupError  # noqa: F401 (the sandbox's failures)
 
 
 class OperationError(Exception):
@@ -50,9 +42,6 @@ class ServerError(OperationError):
         self.message = message
 
 
-class SetupError(ValueError):
-    """A setting cannot work with this backend (no such network, image missing and not buildable);
-    found before anything is started, so the caller can report a bad argument."""
 
 
 @dataclass

@@ -41,9 +41,9 @@ def rollout(
                                                              "ADDRESS (the policy stays on this machine).")] = None,
 ) -> None:
     """Run token-level rollouts of task rows in sandboxes and write one record per rollout."""
-    from ...cli.common import _fail, _run_until_done
-    from ..rewards import RewardConfig
-    from .runner import RolloutConfig
+    from ..rl.rewards import RewardConfig
+    from ..rl.rollout.runner import RolloutConfig
+    from .common import _fail, _run_until_done
 
     if not data.is_file():
         _fail(f"--data {data}: no such file")
@@ -62,11 +62,11 @@ def rollout(
     except ValueError as e:
         from pydantic import ValidationError
 
-        from ...config import describe
+        from ..config import describe
         _fail(describe(e) if isinstance(e, ValidationError) else str(e))
     if ray:
-        from ...config import ConfigError
-        from ...distributed.cluster import connect
+        from ..config import ConfigError
+        from ..distributed.cluster import connect
 
         try:
             connect(ray)  # before anything is loaded: a wrong address is one line at once
@@ -85,10 +85,10 @@ async def run_rollouts(rows: list[dict], out: Path, config, reward, n: int, conc
     policy in one actor on this machine's node (distributed/rollouts.py)."""
     from functools import partial
 
-    from ...config import RunConfig
-    from ...runs.session import prepare_sandbox
-    from .backends import load_policy
-    from .runner import Rollouts
+    from ..config import RunConfig
+    from ..rl.rollout.backends import load_policy
+    from ..rl.rollout.runner import Rollouts
+    from ..runs.session import prepare_sandbox
 
     if not ray:
         await prepare_sandbox(RunConfig(image=config.image, build_image=True))
@@ -97,8 +97,8 @@ async def run_rollouts(rows: list[dict], out: Path, config, reward, n: int, conc
         return await _write_rollouts(
             out, rollouts.chat, lambda write: rollouts.run_groups(rows, generate, n=n, concurrency=concurrency,
                                                                   on_record=write))
-    from ...distributed.cluster import connect, disconnect
-    from ...distributed.rollouts import RayRollouts
+    from ..distributed.cluster import connect, disconnect
+    from ..distributed.rollouts import RayRollouts
 
     connected = connect(ray)
     remote = None
@@ -117,8 +117,8 @@ async def run_rollouts(rows: list[dict], out: Path, config, reward, n: int, conc
 
 async def _write_rollouts(out: Path, chat, run, extra: Optional[dict] = None) -> dict:
     """Run `run(write)`, writing each record as it comes; then the summary."""
-    from .check import check_record
-    from .summary import summarize
+    from ..rl.rollout.check import check_record
+    from ..rl.rollout.summary import summarize
 
     out.mkdir(parents=True, exist_ok=True)
     problems: dict[str, list[str]] = {}

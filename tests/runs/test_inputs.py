@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from insandbox.replay.inputs import InputsMissing, find_inputs, input_digests, save_input_files
+from insandbox.runs.inputs import InputsMissing, find_inputs, input_digests, save_input_files
 
 
 def test_digests_cover_the_folder_and_the_in_memory_files_which_win(tmp_path):

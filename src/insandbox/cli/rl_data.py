@@ -67,11 +67,11 @@ def build_data(
                                                         "already has them.")] = False,
 ) -> None:
     """Build context tasks (material as files in /testbed/documents) from reading-comprehension data."""
-    from ...cli.common import _fail
-    from .build import build
-    from .output import HELDOUT, OUTPUTS, existing_outputs, write
-    from .settings import Settings
-    from .sources import SourceError
+    from ..rl.data.build import build
+    from ..rl.data.output import HELDOUT, OUTPUTS, existing_outputs, write
+    from ..rl.data.settings import Settings
+    from ..rl.data.sources import SourceError
+    from .common import _fail
 
     started = time.monotonic()
     folders, skipped_files = _source_folders(list(sources) + list(more_sources or []))

@@ -33,8 +33,8 @@ def train(
                                                        min=1)] = None,
 ) -> None:
     """Train a policy with GRPO (TRL) on context tasks, its rollouts in real sandboxes."""
-    from ...cli.common import _fail
-    from .config import ConfigError, load_config, preset_names
+    from ..rl.trainers.config import ConfigError, load_config, preset_names
+    from .common import _fail
 
     if config is None and preset is None:
         _fail(f"give a CONFIG.yaml or --preset NAME ({', '.join(preset_names())})")
@@ -56,11 +56,11 @@ def _text(path: Optional[Path]) -> Optional[str]:
 
 
 def _train(settings) -> None:
-    from ...cli.common import _fail
-    from ...config import ConfigError as RunConfigError
-    from ...sandbox import SandboxError, kill_all_now
-    from .config import ConfigError
-    from .trl_train import train as run_training
+    from ..config import ConfigError as RunConfigError
+    from ..rl.trainers.config import ConfigError
+    from ..rl.trainers.trl_train import train as run_training
+    from ..sandbox import SandboxError, kill_all_now
+    from .common import _fail
 
     try:
         run_training(settings, echo=typer.echo)
@@ -86,8 +86,8 @@ def export(
         help="Load the GGUF in llama.cpp and compare its greedy tokens with the checkpoint's.")] = True,
 ) -> None:
     """Export a trained checkpoint to GGUF (for the embedded server and `insandbox bench --gguf`)."""
-    from ...cli.common import _fail
-    from .export import OUTTYPES, ExportError, compare_greedy, export_gguf
+    from ..rl.trainers.export import OUTTYPES, ExportError, compare_greedy, export_gguf
+    from .common import _fail
 
     if not (checkpoint / "config.json").is_file():
         _fail(f"{checkpoint}: not a transformers checkpoint (no config.json)")

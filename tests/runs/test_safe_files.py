@@ -6,7 +6,7 @@ import os
 import pytest
 
 from insandbox.replay.grants import check_model_server, sandbox_settings
-from insandbox.replay.safe_files import UnsafeRunFolder, check_new_folder, new_folder, read_file
+from insandbox.runs.safe_files import UnsafeRunFolder, check_new_folder, new_folder, read_file
 
 
 def test_a_file_is_read_only_through_real_folders_and_only_if_it_is_a_plain_file(tmp_path):
