@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from .core import defaults
 from .core.errors import ConfigError  # noqa: F401 (raised for bad settings)
 from .core.redact import fits, is_redacted, redact, secrets_in
 from .core.units import parse_size
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
     from .sandbox import SandboxLimits
     from .sandbox.pool import SandboxPool
 
-DEFAULT_IMAGE = "insandbox:latest"
+DEFAULT_IMAGE = defaults.IMAGE
 TOOL_CHOICES = ("auto", "required", "none")
 # bridge, none and host are Docker's own, registries is ours (package registries only, through a
 # proxy: sandbox/proxy.py); any other name must be an existing Docker network
@@ -65,25 +66,25 @@ class RunConfig(BaseModel):
 
     # the task
     mode: Literal["sandbox", "llm"] = "sandbox"
-    max_steps: int = Field(default=100, ge=1)
+    max_steps: int = Field(default=defaults.MAX_STEPS, ge=1)
     token_budget: Optional[int] = Field(default=None, ge=1)
     time_limit: Optional[float] = Field(default=None, gt=0)
-    stuck_after: Optional[int] = Field(default=5, ge=2)  # identical steps in a row -> `stuck`; None: off
+    stuck_after: Optional[int] = Field(default=defaults.STUCK_AFTER, ge=2)  # identical steps -> `stuck`; None: off
     prompt_config: Optional[Path] = None
     input_dir: Optional[Path] = None
     output_dir: Optional[Path] = None  # the run folder; default runs/<timestamp>-<id>
     runs_root: Path = Path("runs")
 
     # the sandbox
-    backend: str = "docker"
+    backend: str = defaults.BACKEND
     image: str = DEFAULT_IMAGE
-    timeout_per_command: float = Field(default=120.0, gt=0)
-    output_limit: int = Field(default=16000, ge=200)  # characters per observation
-    memory: Optional[str] = "4g"
-    cpus: Optional[float] = Field(default=2.0, gt=0)
-    pids_limit: Optional[int] = Field(default=1024, ge=1)
-    network: str = "bridge"
-    disk: Optional[str] = "10g"  # what a sandbox may write to its own filesystem
+    timeout_per_command: float = Field(default=defaults.COMMAND_TIMEOUT_S, gt=0)
+    output_limit: int = Field(default=defaults.OUTPUT_LIMIT, ge=200)  # characters per observation
+    memory: Optional[str] = defaults.MEMORY
+    cpus: Optional[float] = Field(default=defaults.CPUS, gt=0)
+    pids_limit: Optional[int] = Field(default=defaults.PIDS, ge=1)
+    network: str = defaults.NETWORK
+    disk: Optional[str] = defaults.DISK  # what a sandbox may write to its own filesystem
     runtime: Optional[str] = None  # the engine's OCI runtime (e.g. runsc); None: its default
     cap_add: list[str] = Field(default_factory=list)  # capabilities beyond the few a sandbox keeps
     env: dict[str, str] = Field(default_factory=dict)
@@ -92,9 +93,9 @@ class RunConfig(BaseModel):
     max_sandboxes: Optional[int] = Field(default=None, ge=1)
 
     # copy-back of the output folder (None: no limit)
-    output_max_file_bytes: Optional[int] = Field(default=512 * 1024 ** 2, ge=0)
-    output_max_bytes: Optional[int] = Field(default=1024 ** 3, ge=0)
-    output_max_files: Optional[int] = Field(default=10_000, ge=0)
+    output_max_file_bytes: Optional[int] = Field(default=defaults.COPY_MAX_FILE_BYTES, ge=0)
+    output_max_bytes: Optional[int] = Field(default=defaults.COPY_MAX_TOTAL_BYTES, ge=0)
+    output_max_files: Optional[int] = Field(default=defaults.COPY_MAX_FILES, ge=0)
 
     @field_validator("input_dir")
     @classmethod

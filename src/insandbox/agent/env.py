@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Union
 
+from ..core import defaults
 from ..core.episode import Episode, ExitReason, Limits
 from ..models.tool_text import tool_response_message
 from ..prompts import PromptConfig, load_prompt_config
@@ -73,17 +74,17 @@ class Task:
 @dataclass
 class EnvConfig:
     prompts: PromptConfig = field(default_factory=load_prompt_config)
-    image: str = "insandbox:latest"
+    image: str = defaults.IMAGE
     limits: SandboxLimits = field(default_factory=SandboxLimits)  # the sandbox's resources
     env_vars: dict = field(default_factory=dict)
-    max_steps: int = 100
+    max_steps: int = defaults.MAX_STEPS
     token_budget: Optional[int] = None
     time_limit: Optional[float] = None  # seconds per episode, sandbox start included
-    stuck_after: Optional[int] = 5  # identical steps in a row that end the episode as `stuck`; None: off
-    command_timeout: float = 120.0
-    output_limit_chars: int = 16000  # per observation
+    stuck_after: Optional[int] = defaults.STUCK_AFTER  # identical steps in a row: `stuck`; None: off
+    command_timeout: float = defaults.COMMAND_TIMEOUT_S
+    output_limit_chars: int = defaults.OUTPUT_LIMIT  # per observation
     copy_limits: CopyLimits = field(default_factory=CopyLimits)  # what comes back from the output folder
-    backend: str = "docker"
+    backend: str = defaults.BACKEND
     run_id: str = ""
     pool: Optional[SandboxPool] = None  # take started sandboxes from it and give them back (bench, RL)
 

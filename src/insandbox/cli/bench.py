@@ -6,6 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from ..core import defaults
 from .common import BadArgument, _fail, _finish
 from .options import (
     SHARED,
@@ -104,11 +105,12 @@ def bench(
     max_retries: MaxRetries = 5, request_timeout: RequestTimeout = 600.0, send_reasoning: SendReasoning = False,
     tool_choice: ToolChoice = "auto", max_steps: MaxSteps = None, token_budget: TokenBudget = None,
     time_limit: TimeLimit = None, stuck_after: StuckAfter = 5, prompt_config: PromptConfig = None,
-    image: Image = "insandbox:latest", timeout_per_command: CommandTimeout = 120.0, output_limit: OutputLimit = 16000,
-    memory: Memory = "4g", cpus: Cpus = 2.0, pids_limit: PidsLimit = 1024, network: Network = "bridge",
-    disk: Disk = "10g", runtime: Runtime = None, cap_add: CapAdd = None, env: EnvVars = None,
+    image: Image = defaults.IMAGE, timeout_per_command: CommandTimeout = defaults.COMMAND_TIMEOUT_S,
+    output_limit: OutputLimit = defaults.OUTPUT_LIMIT, memory: Memory = defaults.MEMORY, cpus: Cpus = defaults.CPUS,
+    pids_limit: PidsLimit = defaults.PIDS, network: Network = defaults.NETWORK, disk: Disk = defaults.DISK,
+    runtime: Runtime = None, cap_add: CapAdd = None, env: EnvVars = None,
     max_output_file_size: CopyFileLimit = "512m", max_output_size: CopyTotalLimit = "1g",
-    max_output_files: CopyFilesLimit = 10_000, max_sandboxes: MaxSandboxes = None,
+    max_output_files: CopyFilesLimit = defaults.COPY_MAX_FILES, max_sandboxes: MaxSandboxes = None,
 ) -> None:
     """Benchmark a model on a task, in sandbox mode, plain mode or both."""
     from ..bench.data import DataError

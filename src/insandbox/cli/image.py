@@ -6,11 +6,12 @@ from typing import Annotated, Optional
 
 import typer
 
+from ..core import defaults
 from .common import _fail
 
 
 def image_build(
-    tag: Annotated[str, typer.Option(help="Image tag to build.")] = "insandbox:latest",
+    tag: Annotated[str, typer.Option(help="Image tag to build.")] = defaults.IMAGE,
     base: Annotated[Optional[str], typer.Option(help="Base image (default: debian:bookworm-slim, or a debootstrapped "
                                                      "Debian where no registry is reachable).")] = None,
     no_cache: Annotated[bool, typer.Option(help="Rebuild every layer.")] = False,
@@ -56,7 +57,7 @@ def image_build_proxy(
                   f"its proxy will let through {allowed}")
 
 
-def image_status(tag: Annotated[str, typer.Option(help="Image tag to look at.")] = "insandbox:latest") -> None:
+def image_status(tag: Annotated[str, typer.Option(help="Image tag to look at.")] = defaults.IMAGE) -> None:
     """Say whether the image exists and how big it is."""
     from ..sandbox import SandboxError
     from ..sandbox.docker.image import image_exists, image_info

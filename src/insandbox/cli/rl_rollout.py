@@ -16,6 +16,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from ..core import defaults
+
 
 def rollout(
     data: Annotated[Path, typer.Option(help="Task rows (JSONL, as written by `insandbox rl build-data`).")],
@@ -33,7 +35,7 @@ def rollout(
     temperature: Annotated[float, typer.Option(help="Sampling temperature (0: greedy).")] = 1.0,
     top_p: Annotated[float, typer.Option(help="Nucleus sampling.")] = 1.0,
     timeout: Annotated[float, typer.Option(help="Seconds a whole rollout may take.")] = 900.0,
-    image: Annotated[str, typer.Option(help="Sandbox image.")] = "insandbox:latest",
+    image: Annotated[str, typer.Option(help="Sandbox image.")] = defaults.IMAGE,
     multi_choice: Annotated[str, typer.Option(help="Multi-choice reward: exact (the set) or f1.")] = "exact",
     open_answer: Annotated[str, typer.Option("--open", help="Open-answer reward: exact or f1.")] = "exact",
     seed: Annotated[int, typer.Option(help="Sampler seed.")] = 0,

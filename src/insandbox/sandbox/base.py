@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Optional, Protocol, runtime_checkable
 
+from ..core import defaults
 from ..core.errors import SandboxBrokenByItself, SandboxError, SetupError  # noqa: F401 (the sandbox's failures)
 
 
@@ -100,11 +101,11 @@ class FileStat:
 class SandboxLimits:
     """Per-sandbox resource limits (None: no limit)."""
 
-    memory: Optional[str] = "4g"  # docker syntax: 512m, 4g
-    cpus: Optional[float] = 2.0
-    pids: Optional[int] = 1024
-    network: str = "bridge"  # "none" cuts the sandbox off; "registries": PyPI and Debian only; "host" shares the host's
-    disk: Optional[str] = "10g"  # what the sandbox may write (enforced where the engine's storage can)
+    memory: Optional[str] = defaults.MEMORY  # docker syntax: 512m, 4g
+    cpus: Optional[float] = defaults.CPUS
+    pids: Optional[int] = defaults.PIDS
+    network: str = defaults.NETWORK  # none: cut off; registries: PyPI and Debian only; host: the host's
+    disk: Optional[str] = defaults.DISK  # what the sandbox may write (enforced where the engine's storage can)
     runtime: Optional[str] = None  # the engine's OCI runtime, e.g. runsc (gVisor); None: the engine's default
     cap_add: tuple[str, ...] = ()  # capabilities on top of the few kept (see sandbox/limits.py)
 
@@ -113,12 +114,12 @@ class SandboxLimits:
 class SandboxSpec:
     """Everything needed to start one sandbox."""
 
-    image: str = "insandbox:latest"
-    workdir: str = "/testbed"
+    image: str = defaults.IMAGE
+    workdir: str = defaults.WORKDIR
     limits: SandboxLimits = field(default_factory=SandboxLimits)
     env: dict = field(default_factory=dict)
     run_id: str = ""
-    output_limit_chars: int = 16000  # per command, head + tail
+    output_limit_chars: int = defaults.OUTPUT_LIMIT  # per command, head + tail
     # Single files up to this size are read and written through the sandbox's own server
     # (byte-exact, ~2 ms); larger ones, and whole folders, through the engine's archive
     # API (~60 ms and engine CPU per call). 0: always the archive API.
@@ -131,9 +132,9 @@ class SandboxSpec:
 class CopyLimits:
     """What copy_out brings back at most; anything past a limit is skipped and recorded."""
 
-    max_file_bytes: Optional[int] = 512 * 1024 ** 2
-    max_total_bytes: Optional[int] = 1024 ** 3
-    max_files: Optional[int] = 10_000
+    max_file_bytes: Optional[int] = defaults.COPY_MAX_FILE_BYTES
+    max_total_bytes: Optional[int] = defaults.COPY_MAX_TOTAL_BYTES
+    max_files: Optional[int] = defaults.COPY_MAX_FILES
 
 
 @dataclass

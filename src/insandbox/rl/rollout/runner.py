@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ...agent.env import EnvConfig, SandboxEnv, Task
 from ...agent.loop import step_record
+from ...core import defaults
 from ...core.episode import Episode, ExitReason
 from ...core.trajectory import SkippedOutput, Trajectory
 from ...models.base import ModelReply, Usage
@@ -60,13 +61,13 @@ class RolloutConfig(BaseModel):
     stuck_after: Optional[int] = Field(default=None, ge=2)  # end early after identical steps (off, as in the paper)
     prompt_config: Optional[Path] = None  # default: rl/prompts.yaml (material in /testbed/documents)
     template_kwargs: dict[str, Any] = Field(default_factory=dict)  # e.g. {"enable_thinking": false}
-    image: str = "insandbox:latest"
-    memory: Optional[str] = "4g"
-    cpus: Optional[float] = 2.0
-    pids_limit: Optional[int] = 1024
-    network: str = "bridge"
-    command_timeout: float = Field(default=120.0, gt=0)
-    output_limit_chars: int = Field(default=16000, ge=200)
+    image: str = defaults.IMAGE
+    memory: Optional[str] = defaults.MEMORY
+    cpus: Optional[float] = defaults.CPUS
+    pids_limit: Optional[int] = defaults.PIDS
+    network: str = defaults.NETWORK
+    command_timeout: float = Field(default=defaults.COMMAND_TIMEOUT_S, gt=0)
+    output_limit_chars: int = Field(default=defaults.OUTPUT_LIMIT, ge=200)
     pool: bool = True  # rollouts of a run_groups() call share a pool of started sandboxes (sandbox/pool.py)
     recycle: bool = True  # ...recycled between rollouts where the engine allows (sandbox/recycle.py)
 

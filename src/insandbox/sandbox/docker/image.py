@@ -17,10 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from ...core import defaults
 from ..base import SandboxError
 from . import engine
 
-DEFAULT_TAG = "insandbox:latest"
+DEFAULT_TAG = defaults.IMAGE
 BASE_TAG = "insandbox-base:bookworm"
 REGISTRY_BASE = "debian:bookworm-slim"
 HOST_CA_DIR = Path("/usr/local/share/ca-certificates")

@@ -1,0 +1,21 @@
+"""Every default that more than one layer shows or applies, declared once (the sandbox's spec, the
+agent's environment, a run's settings, RL rollouts and the command line's options all take them
+from here)."""
+from __future__ import annotations
+
+IMAGE = "insandbox:latest"
+BACKEND = "docker"
+WORKDIR = "/testbed"
+MEMORY = "4g"  # per sandbox, no swap on top
+CPUS = 2.0
+PIDS = 1024
+NETWORK = "bridge"
+DISK = "10g"  # what a sandbox may write to its own filesystem
+COMMAND_TIMEOUT_S = 120.0  # a command running longer is killed with everything it started
+OUTPUT_LIMIT = 16000  # characters of one tool output the model sees (head and tail)
+MAX_STEPS = 100
+STUCK_AFTER = 5  # identical steps in a row that end an episode as `stuck`
+# copy-back of the output folder
+COPY_MAX_FILE_BYTES = 512 * 1024 ** 2
+COPY_MAX_TOTAL_BYTES = 1024 ** 3
+COPY_MAX_FILES = 10_000
