@@ -108,8 +108,9 @@ def check_model_server(recorded_base_url: Optional[str], overrides: dict) -> Non
     url = recorded_base_url
     if url is None or url == "embedded" or (isinstance(url, str) and _local_url(url)):
         return
-    if isinstance(url, str) and "***" in url:
-        return  # a credential was redacted: the fork asks for it again, saying so (config.refuse_redacted)
+    if isinstance(url, str) and "***" in url:  # the run held a credential there, which was never stored
+        raise UnsafeRunFolder(f"the recorded --base-url held a credential, which insandbox never stores ({url}): "
+                              "pass --base-url to give it again")
     raise UnsafeRunFolder(f"the run used the model server {url!r}, which is not on this machine (or carries "
                           "credentials): a fork sends the conversation and your API key only where --base-url says; "
                           "pass --base-url")
