@@ -5,6 +5,9 @@
     open, text     open_answer.py    normalised exact match, or token F1 (config.open = "f1"), best alias
     open, number   numbers.py        math-verify, any alias
 
+Every answer and reference goes through normalise.clean first (invisible characters, full-width
+forms, other scripts' digits), so "Ａ", "٤٢" and "Par\u200bis" are read as "A", "42" and "Paris".
+
 A broken row (ground truth that is no letter, options that miss the ground truth, an unknown
 qa_type) raises: the caller turns that into an error result, never into a silent 0.
 This is what worker processes run (isolation.py), so it takes and returns JSON-able values.
@@ -15,6 +18,7 @@ import logging
 from typing import Any
 
 from .multi_choice import score_multi_choice
+from .normalise import clean
 from .numbers import score_number
 from .open_answer import score_open_text
 from .single_choice import score_single_choice
@@ -35,11 +39,12 @@ def references(fields: dict) -> list[str]:
     aliases = fields.get("aliases") or []
     if not isinstance(aliases, (list, tuple)):
         raise ValueError(f"aliases must be a list, got {aliases!r:.80}")
-    return [_text(fields.get("ground_truth"), "ground_truth")] + [_text(a, "an alias") for a in aliases]
+    return [clean(_text(fields.get("ground_truth"), "ground_truth"))] + [clean(_text(a, "an alias")) for a in aliases]
 
 
 def score_answer(fields: dict, answer: str, multi_choice: str = "exact", open_mode: str = "exact") -> Verdict:
     qa_type = fields.get("qa_type") or "open"  # the row schema's default
+    answer = clean(answer)
     if qa_type == "single-choice":
         verdict = score_single_choice(answer, fields.get("ground_truth"), fields.get("options"),
                                       fields.get("problem_statement") or "")
