@@ -22,15 +22,20 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from .isolation import Reply, WorkerPool
 from .penalties import FAILURE_EXITS, no_answer, penalties
 from .scoring import SCORED_FIELDS
 
+SCORINGS = ("strict", "paper")
+
 
 class RewardConfig(BaseModel):
-    multi_choice: Literal["exact", "f1"] = "exact"  # exact set of letters, or set F1
+    # strict: the scorers below (the default); paper: the official LLM-in-Sandbox-RL reward (paper.py),
+    # which pays for hedging as published
+    scoring: Literal["strict", "paper"] = "strict"
+    multi_choice: Literal["exact", "f1"] = "exact"  # exact set of letters, or set F1 (a wrong letter: 0)
     open: Literal["exact", "f1"] = "exact"  # normalised exact match, or token F1 (best alias)
     no_answer_penalty: float = 0.0  # added when the sandbox holds no answer file (or an empty one)
     max_steps_penalty: float = 0.0  # added when the episode ran out of steps (or was stuck)
@@ -38,6 +43,18 @@ class RewardConfig(BaseModel):
     timeout_s: float = Field(default=10.0, gt=0)  # a scorer taking longer gives error_value
     error_value: float = 0.0  # the correctness used when scoring failed or timed out (penalties still add)
     max_answer_chars: int = Field(default=10_000, gt=0)  # a longer answer scores 0 without being read
+
+    @model_validator(mode="after")
+    def _paper_is_whole(self) -> RewardConfig:
+        if self.scoring == "paper":
+            if self.multi_choice != "exact" or self.open != "exact":
+                raise ValueError("scoring 'paper' fixes how every qa_type is scored: leave multi_choice and open "
+                                 "unset")
+            import importlib.util
+
+            if importlib.util.find_spec("rouge_score") is None:
+                raise ValueError("scoring 'paper' needs rouge-score (pip install rouge-score; in the rl extra)")
+        return self
 
 
 @dataclass
@@ -94,7 +111,7 @@ def _plan(row: Any, outcome: Outcome, config: Optional[RewardConfig]) -> _Plan:
     fields = {k: row.get(k) for k in SCORED_FIELDS}
     if fields.get("options") or fields.get("qa_type") not in ("single-choice", "multi-choice"):
         fields["problem_statement"] = ""  # only a choice row without options reads its options there
-    plan.job = [fields, answer, config.multi_choice, config.open]
+    plan.job = [fields, answer, config.multi_choice, config.open, config.scoring]
     return plan
 
 
