@@ -36,6 +36,8 @@ def rollout(
     top_p: Annotated[float, typer.Option(help="Nucleus sampling.")] = 1.0,
     timeout: Annotated[float, typer.Option(help="Seconds a whole rollout may take.")] = 900.0,
     image: Annotated[str, typer.Option(help="Sandbox image.")] = defaults.IMAGE,
+    scoring: Annotated[str, typer.Option(help="Reward scoring: strict, or paper (the official LLM-in-Sandbox-RL "
+                                               "reward, which pays for hedging).")] = "strict",
     multi_choice: Annotated[str, typer.Option(help="Multi-choice reward: exact (the set) or f1.")] = "exact",
     open_answer: Annotated[str, typer.Option("--open", help="Open-answer reward: exact or f1.")] = "exact",
     seed: Annotated[int, typer.Option(help="Sampler seed.")] = 0,
@@ -60,7 +62,7 @@ def rollout(
         config = RolloutConfig(max_turns=max_turns, max_response_tokens=max_response_tokens,
                                max_tokens_per_turn=max_tokens_per_turn, temperature=temperature, top_p=top_p,
                                timeout_s=timeout, image=image)
-        reward = RewardConfig(multi_choice=multi_choice, open=open_answer)
+        reward = RewardConfig(scoring=scoring, multi_choice=multi_choice, open=open_answer)
     except ValueError as e:
         from pydantic import ValidationError
 
