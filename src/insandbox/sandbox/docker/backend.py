@@ -22,7 +22,6 @@ import uuid
 from pathlib import Path
 from typing import ClassVar, Optional
 
-from ...core.units import parse_size
 from .. import admission
 from ..base import (
     Capabilities,
@@ -221,7 +220,7 @@ class DockerSandbox(DockerFiles):
         if why:
             raise SetupError(why)
         try:
-            size = await engine.call(limits.storage_size, api, self.spec.image, lim.disk)
+            size = await engine.call(limits.storage_size, api, self.spec.image, lim.disk_bytes)
         except docker.errors.ImageNotFound:
             raise ImageNotFound(self.spec.image) from None
         labels = {LABEL: "1", LABEL_RUN: self.spec.run_id, LABEL_OWNER: owner_label(),
@@ -357,7 +356,7 @@ class DockerSandbox(DockerFiles):
         info = await engine.call(api.inspect_container, self.container_id)
         upper = (info.get("GraphDriver") or {}).get("Data", {}).get("UpperDir", "")
         try:
-            await engine.call(disk.attach, upper, parse_size(lim.disk))
+            await engine.call(disk.attach, upper, lim.disk_bytes)
         except (OSError, subprocess.SubprocessError) as e:
             raise SandboxError(f"could not give the sandbox its {lim.disk} disk ({e}); "
                                "--disk none runs it without a disk limit") from None
