@@ -222,7 +222,7 @@ class Sandbox(Protocol):
     def info(self) -> dict:
         """What to record about this sandbox: backend, image, ids, limits, start-up timings."""
 
-    async def run(self, command: str, timeout: float = 120.0) -> CommandResult:
+    async def run(self, command: str, timeout: float = defaults.COMMAND_TIMEOUT_S) -> CommandResult:
         """Run `command` in the persistent shell (cwd, env and functions persist)."""
 
     async def exec(self, argv: list[str], timeout: float = 60.0, stdin: str = "") -> ExecResult:

@@ -22,6 +22,7 @@ import uuid
 from pathlib import Path
 from typing import ClassVar, Optional
 
+from ...core import defaults
 from .. import admission
 from ..base import (
     Capabilities,
@@ -477,7 +478,7 @@ class DockerSandbox(DockerFiles):
             raise
 
     # ------------------------------------------------------------------ commands
-    async def run(self, command: str, timeout: float = 120.0) -> CommandResult:
+    async def run(self, command: str, timeout: float = defaults.COMMAND_TIMEOUT_S) -> CommandResult:
         reply = await self._request(protocol.RUN, timeout + CHANNEL_GRACE_S, cmd=command, timeout=timeout,
                                     limit=self.spec.output_limit_chars)
         return CommandResult(
