@@ -132,7 +132,7 @@ WITHOUT_ENGINE = {"report": "reads run folders (run below)", "view": "serves run
                   "serve-model": "serves a GGUF model", "scripted-server": "serves a script",
                   "rl build-data": "writes task files", "rl export": "converts a checkpoint",
                   "rl verl-data": "writes parquet files"}
-SMOKE_TASKS = Path(__file__).parents[1] / "src/insandbox/rl/trainers/presets/smoke-tasks.jsonl"
+SMOKE_TASKS = Path(__file__).parents[2] / "src/insandbox/rl/trainers/presets/smoke-tasks.jsonl"
 
 
 def test_every_command_without_a_docker_engine_says_so_in_one_line(scripted, tmp_path, docker_image):
@@ -166,8 +166,8 @@ def test_every_command_without_a_docker_engine_says_so_in_one_line(scripted, tmp
         lines = r.stderr.splitlines()
         assert r.returncode == 1 and len(lines) == 1 and r.stdout == "", (name, r.returncode, r.stderr[-3000:])
         assert lines[0].startswith("insandbox: ") and "cannot reach the Docker engine" in lines[0], (name, lines)
-    r = cli("report", str(Path(__file__).parent / "data/report_run"), "--out", str(tmp_path / "report"), "--no-plots",
-            env=no_engine)
+    r = cli("report", str(Path(__file__).parents[1] / "data/report_run"), "--out", str(tmp_path / "report"),
+            "--no-plots", env=no_engine)
     assert r.returncode == 0 and "75.0%" in r.stdout, r.stderr
     # plain mode has no sandbox: it runs without the engine
     r = cli("run", "x", *model, "--mode", "llm", "--output-dir", str(tmp_path / "plain"), "-q", env=no_engine)
@@ -192,7 +192,7 @@ def test_a_command_without_its_extra_names_the_extra_in_one_line(scripted, tmp_p
     """Regression: `insandbox report` without the bench extra ended in ModuleNotFoundError: scipy (61 lines),
     and `bench` would have run every sample before failing at the summary. (`rl rollout` loads its model
     once the engine answers: hence the engine.)"""
-    report_run = Path(__file__).parent / "data/report_run"
+    report_run = Path(__file__).parents[1] / "data/report_run"
     srv = scripted({"turns": [{"tool": "submit"}], "llm_turns": [{"content": "Answer: A"}]})
     rows = tmp_path / "rows.jsonl"
     rows.write_text(json.dumps({"id": "q1", "problem_statement": "Which one?\nA. x\nB. y", "ground_truth": "A"}))
