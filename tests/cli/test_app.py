@@ -272,7 +272,7 @@ def test_bad_arguments_exit_2_with_one_line_and_create_nothing(tmp_path, docker_
 def test_bench_takes_every_run_option_and_every_option_has_help():
     import typer.main
 
-    from insandbox.cli.app import _click_exceptions, app  # noqa: F401
+    from insandbox.cli.app import app, click_exceptions  # noqa: F401
 
     root = typer.main.get_command(app)
     commands = {name: cmd for name, cmd in root.commands.items()}

@@ -48,7 +48,7 @@ MAX_ANSWER_BYTES = 1024 * 1024
 TEXT_CALL_EXAMPLE = '<tool_call>{"name": "execute_bash", "arguments": {"command": "ls"}}</tool_call>'
 
 
-def no_calls_hint(n: int, tool_format: str = "native") -> str:
+def no_calls_hint(n: int, tool_format: str = defaults.TOOL_FORMAT) -> str:
     """The note the trajectory and the console get after `n` replies in a row without a tool call: the likely
     cause and what to try, for the tool format in use (text mode has no server template to blame)."""
     if tool_format == "text":

@@ -27,7 +27,7 @@ from ..core.units import is_local
 from ..models.pricing import Price, PriceTable, load_prices
 from ..prompts import PromptConfig, load_prompt_config
 from ..core.redact import redact
-from ..sandbox import OperationError, SandboxError, SandboxSpec, SetupError, backend_class
+from ..sandbox import OperationError, SandboxError, SetupError, backend_class
 from ..sandbox.pool import SandboxPool
 from ..core.trajectory import SkippedOutput, StepRecord, Trajectory
 
@@ -124,10 +124,7 @@ def price_of(table: PriceTable, cfg: RunConfig, model: str) -> Price:
 
 
 def _client_kwargs(cfg: RunConfig) -> dict:
-    return dict(temperature=cfg.temperature, max_tokens=cfg.max_tokens, extra_body=cfg.extra_body,
-                timeout=cfg.request_timeout, max_retries=cfg.max_retries, send_reasoning=cfg.send_reasoning,
-                tool_choice=cfg.tool_choice, stream=cfg.stream, stall_timeout=cfg.stall_timeout,
-                logprobs=cfg.logprobs, top_logprobs=cfg.top_logprobs, tool_format=cfg.tool_format)
+    return cfg.client_kwargs()
 
 
 async def make_model_client(cfg: RunConfig) -> ModelClient:
@@ -168,8 +165,7 @@ async def prepare_sandbox(cfg: RunConfig, observer: Optional[RunObserver] = None
     from ..sandbox import admission
 
     observer = observer or _Quiet()
-    spec = SandboxSpec(image=cfg.image, limits=cfg.sandbox_limits(),
-                       build_image=cfg.build_image)
+    spec = cfg.sandbox_spec()
     try:
         gate = admission.gate()
     except ValueError as e:  # a bad INSANDBOX_ADMIT_* setting

@@ -22,7 +22,7 @@ import uuid
 from pathlib import Path
 from typing import ClassVar, Optional
 
-from ...core.units import parse_size
+from ...core import defaults
 from .. import admission
 from ..base import (
     Capabilities,
@@ -221,7 +221,7 @@ class DockerSandbox(DockerFiles):
         if why:
             raise SetupError(why)
         try:
-            size = await engine.call(limits.storage_size, api, self.spec.image, lim.disk)
+            size = await engine.call(limits.storage_size, api, self.spec.image, lim.disk_bytes)
         except docker.errors.ImageNotFound:
             raise ImageNotFound(self.spec.image) from None
         labels = {LABEL: "1", LABEL_RUN: self.spec.run_id, LABEL_OWNER: owner_label(),
@@ -357,7 +357,7 @@ class DockerSandbox(DockerFiles):
         info = await engine.call(api.inspect_container, self.container_id)
         upper = (info.get("GraphDriver") or {}).get("Data", {}).get("UpperDir", "")
         try:
-            await engine.call(disk.attach, upper, parse_size(lim.disk))
+            await engine.call(disk.attach, upper, lim.disk_bytes)
         except (OSError, subprocess.SubprocessError) as e:
             raise SandboxError(f"could not give the sandbox its {lim.disk} disk ({e}); "
                                "--disk none runs it without a disk limit") from None
@@ -478,7 +478,7 @@ class DockerSandbox(DockerFiles):
             raise
 
     # ------------------------------------------------------------------ commands
-    async def run(self, command: str, timeout: float = 120.0) -> CommandResult:
+    async def run(self, command: str, timeout: float = defaults.COMMAND_TIMEOUT_S) -> CommandResult:
         reply = await self._request(protocol.RUN, timeout + CHANNEL_GRACE_S, cmd=command, timeout=timeout,
                                     limit=self.spec.output_limit_chars)
         return CommandResult(
