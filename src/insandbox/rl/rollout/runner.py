@@ -29,17 +29,17 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from ...agent.env import EnvConfig, SandboxEnv, Task
 from ...agent.loop import step_record
-from ...core import defaults
+from ...config import SandboxSettings
 from ...core.episode import Episode, ExitReason
 from ...core.trajectory import SkippedOutput, Trajectory
 from ...models.base import ModelReply, Usage
 from ...models.tool_text import parse_text_tool_calls
 from ...prompts import PromptConfig, load_prompt_config
-from ...sandbox import SandboxLimits, Skipped
+from ...sandbox import Skipped
 from ...sandbox.pool import SandboxPool
 from ..rewards import Outcome, RewardConfig, RewardResult, broken_sandbox_reward
 from .chat import ChatFormat
@@ -54,10 +54,12 @@ MASKED_EXITS = frozenset({ExitReason.TIME_LIMIT, ExitReason.INTERRUPTED})
 RewardFn = Callable[[dict, Outcome, RewardConfig], Awaitable[RewardResult]]
 
 
-class RolloutConfig(BaseModel):
-    """How rollouts run (also the `rollout:` section of a training config)."""
+class RolloutConfig(SandboxSettings):
+    """How rollouts run (also the `rollout:` section of a training config). The sandbox's fields (image,
+    limits, network, command timeout, output limit...) are those of a run, declared and checked once
+    (config/sections.py)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", frozen=False)
 
     max_turns: int = Field(default=16, ge=1)  # model turns per episode
     max_response_tokens: int = Field(default=8192, ge=16)  # model and environment tokens after the prompt
@@ -68,13 +70,6 @@ class RolloutConfig(BaseModel):
     stuck_after: Optional[int] = Field(default=None, ge=2)  # end early after identical steps (off, as in the paper)
     prompt_config: Optional[Path] = None  # default: rl/prompts.yaml (material in /testbed/documents)
     template_kwargs: dict[str, Any] = Field(default_factory=dict)  # e.g. {"enable_thinking": false}
-    image: str = defaults.IMAGE
-    memory: Optional[str] = defaults.MEMORY
-    cpus: Optional[float] = defaults.CPUS
-    pids_limit: Optional[int] = defaults.PIDS
-    network: str = defaults.NETWORK
-    command_timeout: float = Field(default=defaults.COMMAND_TIMEOUT_S, gt=0)
-    output_limit_chars: int = Field(default=defaults.OUTPUT_LIMIT, ge=200)
     pool: bool = True  # rollouts of a run_groups() call share a pool of started sandboxes (sandbox/pool.py)
     recycle: bool = True  # ...recycled between rollouts where the engine allows (sandbox/recycle.py)
 
@@ -82,10 +77,8 @@ class RolloutConfig(BaseModel):
         return load_prompt_config(self.prompt_config or PROMPTS)
 
     def env_config(self, run_id: str = "") -> EnvConfig:
-        return EnvConfig(prompts=self.prompts(), image=self.image, run_id=run_id, max_steps=self.max_turns,
-                         stuck_after=self.stuck_after, command_timeout=self.command_timeout,
-                         output_limit_chars=self.output_limit_chars,
-                         limits=SandboxLimits(self.memory, self.cpus, self.pids_limit, self.network))
+        return EnvConfig(prompts=self.prompts(), run_id=run_id, max_steps=self.max_turns,
+                         stuck_after=self.stuck_after, **self.env_fields())
 
 
 class Rollouts:

@@ -81,12 +81,12 @@ def fit_prompts(rows: list[dict], rollouts: Rollouts, max_prompt_tokens: Optiona
 
 
 def prepare_image(config: TrainConfig) -> None:
-    from ...config import RunConfig
+    from ...config import RunConfig, SandboxSettings
     from ...runs.session import prepare_sandbox
 
     r = config.rollout
-    asyncio.run(prepare_sandbox(RunConfig(image=r.image, build_image=True, memory=r.memory, cpus=r.cpus,
-                                          pids_limit=r.pids_limit, network=r.network)))
+    # the rollouts' sandbox settings are a run's (config/sections.py: SandboxSettings)
+    asyncio.run(prepare_sandbox(RunConfig(**{k: getattr(r, k) for k in SandboxSettings.model_fields})))
 
 
 def train(config: TrainConfig, reward_fn: Optional[RewardFn] = None,
