@@ -234,11 +234,18 @@ class _Tries:
 
     @property
     def failed(self) -> bool:
-        return self.crash is not None or self.result.exit_reason is None or self.result.exit_reason.is_failure
+        """The last attempt failed (the model server or the sandbox): an answer it left does not count."""
+        r = self.result
+        return self.crash is not None or r.exit_reason is None or r.exit_reason.is_failure or r.outputs_lost is not None
 
     @property
     def error(self) -> str:
-        return self.crash or f"{self.result.exit_reason}: {self.result.trajectory.exit_detail}"
+        if self.crash is not None:
+            return self.crash
+        reason = self.result.exit_reason
+        if self.result.outputs_lost is not None and reason is not None and not reason.is_failure:
+            return f"{reason}, but the outputs were not collected: {self.result.outputs_lost}"
+        return f"{reason}: {self.result.trajectory.exit_detail}"
 
 
 class SampleRunner:

@@ -26,6 +26,7 @@ from ..agent.loop import run_episode, run_llm_once
 from ..config import ConfigError, RunConfig, validated
 from ..core import hostfiles
 from ..core.episode import ExitReason
+from ..core.errors import SandboxBrokenByItself
 from ..core.redact import redact
 from ..core.trajectory import SkippedOutput, StepRecord, Trajectory
 from ..core.units import is_local
@@ -45,6 +46,9 @@ class RunResult:
     trajectory: Trajectory
     answer: Optional[str] = None
     files: list[str] = field(default_factory=list)
+    # the sandbox broke (not by its own doing) while the answer and files were being taken: they are missing
+    # for the infrastructure's sake, whatever the episode's end (a benchmark tries such a sample again)
+    outputs_lost: Optional[str] = None
 
     @property
     def exit_reason(self) -> Optional[ExitReason]:
@@ -231,6 +235,8 @@ class RunFolder:
                                        for s in collected.skipped]
         except (SandboxError, OperationError) as e:  # the container is gone: keep the run's record anyway
             traj.note(f"outputs not collected: {e}")
+            if isinstance(e, SandboxError) and not isinstance(e, SandboxBrokenByItself):
+                self.result.outputs_lost = str(e)
         finally:
             try:
                 await env.close()
