@@ -19,11 +19,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Optional, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Optional, Protocol, runtime_checkable
 
 from ..core import defaults
 from ..core.errors import SandboxBrokenByItself, SandboxError, SetupError  # noqa: F401 (the sandbox's failures)
 from ..core.units import parse_size
+
+if TYPE_CHECKING:
+    from .admission import Admission
 
 
 class OperationError(Exception):
@@ -134,6 +137,8 @@ class SandboxSpec:
     fast_file_max_bytes: int = 1 << 20
     build_image: bool = True  # prepare(): build a missing image when the backend knows how
     recyclable: bool = False  # keep what recycle() needs, so one container can serve many samples (pool.py)
+    # the session's way through the host's admission gate (its cap, its status line); None: the process's gate
+    admission: Optional[Admission] = field(default=None, compare=False, repr=False)
 
 
 @dataclass

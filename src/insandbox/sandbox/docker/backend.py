@@ -194,7 +194,8 @@ class DockerSandbox(DockerFiles):
     async def start(self) -> None:
         """Waits for room on the host first; a start the engine refuses for want of room waits and is
         tried again as a fresh container (admission.py)."""
-        await admission.gate().start(self.spec.limits.network, self._start_once, self._fresh_attempt)
+        door = self.spec.admission or admission.gate()  # the session's, else the process's gate
+        await door.start(self.spec.limits.network, self._start_once, self._fresh_attempt)
 
     def _fresh_attempt(self) -> None:
         etc_files.remove(self.name)
