@@ -12,7 +12,7 @@ import copy
 from collections.abc import Callable
 from typing import Optional
 
-from insandbox.env import SandboxEnv
+from insandbox.agent.env import SandboxEnv
 from insandbox.rl.rollout.runner import Rollouts
 from insandbox.sandbox.base import SandboxError
 
