@@ -96,6 +96,31 @@ def test_the_token_record_is_byte_identical(smollm_tokenizer, docker_image, name
     assert got == want
 
 
+def test_a_rollout_runs_through_the_agent_loop(smollm_tokenizer, docker_image, monkeypatch):
+    """The rollout is agent.loop's episode, the policy its model client; the loop's own code asks and acts."""
+    import insandbox.agent.loop as loop
+    import insandbox.rl.rollout.runner as runner
+    from insandbox.rl.rollout.token_client import TokenClient
+
+    seen, asked = [], []
+    ask = loop._ask
+
+    async def spy_episode(env, model, task, traj, *args, **kwargs):
+        seen.append(model)
+        return await loop.run_episode(env, model, task, traj, *args, **kwargs)
+
+    async def spy_ask(model, *args, **kwargs):
+        asked.append(model)
+        return await ask(model, *args, **kwargs)
+
+    monkeypatch.setattr(runner, "run_episode", spy_episode)
+    monkeypatch.setattr(loop, "_ask", spy_ask)
+    got = run_case(smollm_tokenizer, docker_image, "submit")
+    assert len(seen) == 1 and isinstance(seen[0], TokenClient) and asked == [seen[0]] * 4
+    assert got["exit_reason"] == "submitted" and seen[0].turns == 4 and seen[0].record.response_ids == got[
+        "response_ids"]
+
+
 def test_the_cases_cover_both_truncations():
     want = json.loads(GOLDEN.read_text())
     assert want["mid_turn"]["truncated"] and want["mid_turn"]["exit_detail"].endswith("mid-turn")
