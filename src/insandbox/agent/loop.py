@@ -8,7 +8,10 @@
     until the episode is over
 
 The env's `Episode` decides when it is over and why (submit, a limit, a stuck loop, a
-failure); this file only asks and acts. The trajectory is filled in place and saved after
+failure); this file only asks and acts. A client may end it too, as context_length: a
+token-level client (RL rollouts) whose reply ran into its response budget says so in the
+reply (`ends_episode`: the step is kept, its calls are not run), and one whose next request
+would not fit raises ContextFull instead of asking. The trajectory is filled in place and saved after
 every step, so a run killed half way keeps everything up to its last step. The first
 model request goes out while the sandbox is still starting: its reply is needed before
 the sandbox is.
@@ -22,7 +25,7 @@ from typing import Optional, TypeVar
 
 from ..core.episode import Episode, ExitReason, Limits
 from ..core.trajectory import FailedRequest, StepRecord, ToolCallRecord, Trajectory
-from ..models.base import ModelClient, ModelError, ModelReply
+from ..models.base import ContextFull, ModelClient, ModelError, ModelReply
 from ..prompts import PromptConfig
 from .env import SandboxEnv, StepResult, Task, no_calls_hint
 
@@ -63,15 +66,21 @@ async def _loop(env: SandboxEnv, model: ModelClient, starting: asyncio.Future, t
             if reply is None:
                 break
             messages.append(reply.message)
-            await bounded(asyncio.shield(starting), episode)  # the sandbox must be up before the first call
-            result = await bounded(env.step(reply.tool_calls, reply.tool_call_errors,
-                                            tokens=reply.usage.total_tokens, as_text=reply.tool_calls_from_text),
-                                   episode)
-            messages.extend(result.messages)
-            step = step_record(len(traj.steps) + 1, reply, result)
-            no_calls = 0 if reply.tool_calls or reply.tool_call_errors else no_calls + 1
-            if no_calls == NO_CALLS_HINT_AFTER and not reply.tool_calls_from_text:
-                step.notes.append(no_calls_hint(no_calls, traj.config.get("tool_format", "native")))
+            # the sandbox must be up before the first call (and, for a reply that ends the episode, for
+            # whoever reads the sandbox after it)
+            await bounded(asyncio.shield(starting), episode)
+            if reply.ends_episode is not None:  # the client says so: its calls are not run
+                episode.end(*reply.ends_episode)
+                step = step_record(len(traj.steps) + 1, reply, None)
+            else:
+                result = await bounded(env.step(reply.tool_calls, reply.tool_call_errors,
+                                                tokens=reply.usage.total_tokens,
+                                                as_text=reply.tool_calls_from_text), episode)
+                messages.extend(result.messages)
+                step = step_record(len(traj.steps) + 1, reply, result)
+                no_calls = 0 if reply.tool_calls or reply.tool_call_errors else no_calls + 1
+                if no_calls == NO_CALLS_HINT_AFTER and not reply.tool_calls_from_text:
+                    step.notes.append(no_calls_hint(no_calls, traj.config.get("tool_format", "native")))
             traj.add_step(step)
             if save:
                 save()
@@ -95,10 +104,14 @@ async def _loop(env: SandboxEnv, model: ModelClient, starting: asyncio.Future, t
 
 async def _ask(model: ModelClient, messages: list[dict], tools: Optional[list[dict]], episode: Episode,
                traj: Trajectory) -> Optional[ModelReply]:
-    """One model request; a failure is recorded in the trajectory (its time included) and ends the episode."""
+    """One model request; a failure is recorded in the trajectory (its time included) and ends the episode,
+    as does a client's ContextFull (no request was made: nothing recorded)."""
     started = time.time()
     try:
         reply = await bounded(model.complete(messages, tools), episode)
+    except ContextFull as e:  # the client found the conversation full before asking: no request failed
+        episode.end(ExitReason.CONTEXT_LENGTH, str(e))
+        return None
     except ModelError as e:
         reason = episode.end_on_error(e)
         traj.add_failed_request(FailedRequest(started_at=started, latency_s=e.latency_s or time.time() - started,

@@ -9,6 +9,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Optional, Protocol
 
+from ..core.episode import ExitReason
 from ..core.errors import ContextLengthError, ModelError  # noqa: F401 (the model's failures)
 from ..tools.base import ToolCall
 
@@ -43,6 +44,15 @@ class ModelReply:
     ttft_s: Optional[float] = None  # streamed: from sending the (successful) request to its first token
     streamed: bool = False
     logprobs: Optional[list[dict]] = None  # per sampled token: {token, logprob[, top]}, when asked for
+    # the episode ends with this reply, its tool calls not run (a token-level client whose reply ran into
+    # the response budget): (reason, detail); the step is recorded, with the reply's notes saying why
+    ends_episode: Optional[tuple[ExitReason, str]] = None
+
+
+class ContextFull(Exception):
+    """Raised by a client instead of sending a request: the conversation no longer fits (a token-level
+    client whose next turn would start past its budget). The episode ends as context_length with the
+    message as its detail; no request was made, so none is recorded as failed."""
 
 
 def refuse_cut_calls(reply: ModelReply, max_tokens: Optional[int], last_cut: Optional[bool] = None) -> None:

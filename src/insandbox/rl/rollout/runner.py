@@ -1,12 +1,13 @@
 """Rollouts: the policy samples tokens, the sandbox answers, the record keeps every id.
 
-One rollout of one task row:
+One rollout of one task row is an episode of agent.loop (as `insandbox run` runs one), with the
+policy as its model: a TokenClient (token_client.py) that keeps the token record.
 
     prompt_ids = template(system, task) + assistant header
-    repeat:
-        sampled = generate(prompt_ids + response_ids)        # the policy's own sampler
+    repeat:                                                  # agent.loop
+        sampled = generate(prompt_ids + response_ids)        # the policy's own sampler (the client)
         response_ids += sampled     (mask 1, logprobs kept)
-        calls = the tool calls written in the sampled text   # same parser and messages as the loop
+        calls = the tool calls written in the sampled text   # read from the text, as --tool-format text
         results = env.step(calls)                            # a real sandbox
         response_ids += observation ids  (mask 0)           # tokenized once, never re-rendered
     until the episode ends, or the response reaches its token budget (truncated)
@@ -32,18 +33,17 @@ from typing import Any, Optional
 from pydantic import ConfigDict, Field
 
 from ...agent.env import EnvConfig, SandboxEnv, Task
-from ...agent.loop import step_record
+from ...agent.loop import run_episode
 from ...config import SandboxSettings
 from ...core.episode import Episode, ExitReason
 from ...core.trajectory import SkippedOutput, Trajectory
-from ...models.base import ModelReply, Usage
-from ...models.tool_text import parse_text_tool_calls
 from ...prompts import PromptConfig, load_prompt_config
 from ...sandbox import Skipped
 from ...sandbox.pool import SandboxPool
 from ..rewards import Outcome, RewardConfig, RewardResult, broken_sandbox_reward
 from .chat import ChatFormat
-from .types import GenerateFn, RolloutRecord, SamplingParams
+from .token_client import TokenClient
+from .types import GenerateFn, RolloutRecord
 
 log = logging.getLogger(__name__)
 
@@ -128,9 +128,9 @@ class Rollouts:
                                      prompt_ids=[], response_ids=[], response_mask=[]))
         t0 = time.perf_counter()
         try:
-            await asyncio.wait_for(self._episode(row, generate, state), self.config.timeout_s)
-        except asyncio.TimeoutError:
-            state.episode.end(ExitReason.TIME_LIMIT, f"the rollout took longer than {self.config.timeout_s:g}s")
+            await _within(self._episode(row, generate, state), self.config.timeout_s,
+                          lambda: state.episode.end(ExitReason.TIME_LIMIT,
+                                                    f"the rollout took longer than {self.config.timeout_s:g}s"))
         except Exception as e:  # the sampler or the sandbox failed: a record with the reason, never a crash
             state.episode.end_on_error(e)
             log.warning("rollout %s failed: %s", state.record.id, e)
@@ -170,91 +170,61 @@ class Rollouts:
         return rec
 
     async def _episode(self, row: dict, generate: GenerateFn, state: _State) -> None:
-        cfg, chat, rec = self.config, self.chat, state.record
-        env = SandboxEnv(self.config.env_config(run_id=rec.task_id[:24]))
+        """The episode through agent.loop, the policy as its model (TokenClient): the loop asks, acts
+        and ends it; the client keeps the token record."""
+        cfg, rec = self.config, state.record
+        env = state.env = SandboxEnv(self.config.env_config(run_id=rec.task_id[:24]))
         env.config.pool = self.pool
         task = Task(prompt=str(row["problem_statement"]), id=rec.task_id,
                     input_files=dict(row.get("input_files") or {}))
-        messages = env.prompt_messages(task)
         traj = state.trajectory = Trajectory(run_id=rec.id, task={"id": rec.task_id, "prompt": task.prompt,
                                                                    "input_files": sorted(task.input_files)},
                                              config={"rollout": cfg.model_dump(mode="json"),
                                                      "reward": self.reward_config.model_dump(mode="json")},
                                              tools=env.tool_schemas)
-        traj.messages = messages  # the same list, kept up to date (the constructor would copy it)
-        rec.prompt_ids = chat.prompt_ids(messages)
-        starting = asyncio.ensure_future(env.reset(task))
-        state.episode = env.episode
+        client = state.client = TokenClient(self.chat, generate, max_response_tokens=cfg.max_response_tokens,
+                                            max_tokens_per_turn=cfg.max_tokens_per_turn,
+                                            temperature=cfg.temperature, top_p=cfg.top_p)
+        t0 = time.perf_counter()
         try:
-            while not env.done:
-                left = cfg.max_response_tokens - len(rec.response_ids)
-                params = SamplingParams(max_tokens=min(cfg.max_tokens_per_turn, left), temperature=cfg.temperature,
-                                        top_p=cfg.top_p, stop_token_ids=list(chat.stop_token_ids))
-                context = rec.prompt_ids + rec.response_ids
-                started, t_gen = time.time(), time.perf_counter()
-                sampled = await generate(context, params)
-                latency = time.perf_counter() - t_gen
-                state.generate_s += latency
-                ids = list(sampled.token_ids)[:left]
-                rec.response_ids += ids
-                rec.response_mask += [1] * len(ids)
-                logprobs = list(sampled.logprobs)[:len(ids)] if sampled.logprobs is not None else [None] * len(ids)
-                state.logprobs += logprobs
-                state.have_logprobs = state.have_logprobs or sampled.logprobs is not None
-                stopped = bool(ids) and ids[-1] in chat.stop_token_ids
-                assistant = {"role": "assistant", "content": chat.assistant_text(ids)}
-                messages.append(assistant)
-                calls, rest, errors = parse_text_tool_calls(assistant["content"])
-                rec.num_turns += 1
-                t_env = time.perf_counter()
-                if not state.started:  # the sandbox started while the first turn was sampled
-                    await starting
-                    state.started = True
-                reply = ModelReply(content=rest, tool_calls=calls, message=assistant,
-                                   usage=Usage(prompt_tokens=len(context), completion_tokens=len(ids)),
-                                   finish_reason="stop" if stopped else "length", latency_s=latency,
-                                   started_at=started, tool_calls_from_text=True, tool_call_errors=errors)
-                if not stopped and len(rec.response_ids) >= cfg.max_response_tokens:
-                    # the budget cut this turn: the rollout ends here, before the step could end it another
-                    # way (a last turn would otherwise read as max_steps, untruncated); its calls are not run
-                    rec.truncated = True
-                    env.episode.end(ExitReason.CONTEXT_LENGTH, f"the response reached its budget of "
-                                                               f"{cfg.max_response_tokens} tokens mid-turn")
-                    reply.notes.append(f"cut at the response budget: {len(calls)} tool call(s) not run")
-                    traj.add_step(step_record(rec.num_turns, reply, None))
-                    state.env_s += time.perf_counter() - t_env
-                    break
-                rec.tool_calls += len(calls)
-                result = await env.step(calls, errors, tokens=len(context) + len(ids), as_text=True)
-                state.env_s += time.perf_counter() - t_env
-                messages.extend(result.messages)
-                traj.add_step(step_record(rec.num_turns, reply, result))
-                if result.done:
-                    break
-                observation = chat.observation_ids(result.messages, stopped)
-                if len(rec.response_ids) + len(observation) >= cfg.max_response_tokens:
-                    rec.truncated = True
-                    env.episode.end(ExitReason.CONTEXT_LENGTH, f"the response reached its budget of "
-                                                               f"{cfg.max_response_tokens} tokens")
-                    break
-                rec.response_ids += observation
-                rec.response_mask += [0] * len(observation)
-                state.logprobs += [None] * len(observation)
-            t_env = time.perf_counter()
-            state.answer = await env.answer_file(state.skipped)
-            state.env_s += time.perf_counter() - t_env
-            traj.sandbox.update(env.sandbox.info() if env.sandbox else {})
+            await run_episode(env, client, task, traj)
+            episode = state.episode
+            if episode.exit_reason is not None and episode.exit_reason.is_failure:
+                log.warning("rollout %s failed: %s", rec.id, episode.exit_detail)
+            else:
+                # a failed episode (the sampler, the engine, the sandbox) is not read: its answer counts for
+                # nothing, and a broken sandbox might not answer
+                state.answer = await env.answer_file(state.skipped)
+                traj.sandbox.update(env.sandbox.info() if env.sandbox else {})
         finally:
-            if not starting.done():
-                starting.cancel()
-                await asyncio.gather(starting, return_exceptions=True)
-            elif not starting.cancelled() and starting.exception() is not None:
-                env.episode.end_on_error(starting.exception())
-            rec.response_logprobs = state.logprobs if state.have_logprobs else None
+            state.env_s = time.perf_counter() - t0 - client.generate_s
+            tokens = client.record
+            rec.prompt_ids, rec.response_ids, rec.response_mask = (tokens.prompt_ids, tokens.response_ids,
+                                                                   tokens.response_mask)
+            rec.response_logprobs, rec.truncated = tokens.response_logprobs, tokens.truncated
+            rec.num_turns, rec.tool_calls = client.turns, client.tool_calls
             try:
                 await env.close()
             except Exception as e:
                 log.warning("rollout %s: sandbox not removed: %s", rec.id, e)
+
+
+async def _within(aw: Awaitable[None], timeout: float, on_timeout: Callable[[], None]) -> None:
+    """Await `aw`, at most `timeout` seconds; past it, call on_timeout() and then cancel it (so the
+    episode ends as the time limit, before the loop sees the cancellation as an interruption)."""
+    task = asyncio.ensure_future(aw)
+    try:
+        done, _ = await asyncio.wait({task}, timeout=timeout)
+    except asyncio.CancelledError:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        raise
+    if not done:
+        on_timeout()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        return
+    task.result()
 
 
 class _State:
@@ -262,12 +232,18 @@ class _State:
 
     def __init__(self, record: RolloutRecord):
         self.record = record
-        self.episode = Episode()
+        self.env: Optional[SandboxEnv] = None
+        self.client: Optional[TokenClient] = None
+        self._episode = Episode()  # until the env has one
         self.trajectory = Trajectory(run_id=record.id)
-        self.logprobs: list[Optional[float]] = []
-        self.have_logprobs = False
         self.answer: Optional[str] = None
         self.skipped: list[Skipped] = []
-        self.generate_s = 0.0
         self.env_s = 0.0
-        self.started = False
+
+    @property
+    def episode(self) -> Episode:
+        return self.env.episode if self.env is not None and self.env.episode is not None else self._episode
+
+    @property
+    def generate_s(self) -> float:
+        return self.client.generate_s if self.client is not None else 0.0
