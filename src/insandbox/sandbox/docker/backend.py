@@ -37,7 +37,7 @@ from ..base import (
 )
 from ..guest import protocol
 from ..guest.protocol import BOOTSTRAP
-from . import engine, etc_files, limits, netfilter
+from . import engine, etc_files, limits, netfilter, runtimes
 from .channel import Channel
 from .files import CHANNEL_GRACE_S, DockerFiles
 from .labels import LABEL, LABEL_CREATED, LABEL_OWNER, LABEL_RUN, owner_label, process_start  # noqa: F401
@@ -108,6 +108,8 @@ class DockerSandbox(DockerFiles):
         self.last_recycle: dict = {}  # what the reset before the current sample did
         self._restorer = None  # recycle.Restorer, made at start when the spec asks for recycling
         self.not_recyclable = ""  # why this container must serve one sample only
+        self._runtime: Optional[str] = None  # the engine's name for the runtime (runtimes.resolve)
+        self.gvisor = False
         self.isolated = False  # its packet filter keeps it apart from the other sandboxes (netfilter.py)
         self._inspect: dict = {}  # the engine's inspect, right after the start
         self._proxy: Optional[tuple[str, str]] = None  # registries: the proxy's (address, name)
@@ -136,10 +138,13 @@ class DockerSandbox(DockerFiles):
                 known = sorted({*BUILTIN_NETWORKS, REGISTRIES, *others})
                 raise SetupError(f"--network {net!r}: no such Docker network (known: {', '.join(known)})")
         if spec.limits.runtime:
-            known = (await engine.call(api.info)).get("Runtimes") or {}
-            if spec.limits.runtime not in known:
-                raise SetupError(f"--runtime {spec.limits.runtime!r}: the Docker engine has no such runtime "
-                                 f"(it has: {', '.join(sorted(known))}); see the README, 'Security and reliability'")
+            runtimes.forget()  # a runtime registered since (setup.sh, a SIGHUP'd engine) is seen
+            _, gvisor = await engine.call(runtimes.resolve, api, spec.limits.runtime)
+            if gvisor and await engine.call(image.image_exists, spec.image):
+                labels = ((await engine.call(api.inspect_image, spec.image)).get("Config") or {}).get("Labels") or {}
+                if not labels.get(runtimes.SHIM_LABEL):
+                    raise SetupError(f"image {spec.image} predates gVisor support (its statx shim): rebuild it with "
+                                     f"`insandbox image build --tag {spec.image}`")
         if spec.limits.disk:
             mode, why = await engine.call(limits.disk_mode, api)
             if mode is None and not _WARNED.get(engine.docker_host()):
@@ -216,6 +221,9 @@ class DockerSandbox(DockerFiles):
             network_mode, env = px.network_id, {**px.env(), **env}
             self.network_info = px.info()
             self._proxy = (px.address, px.name)
+        self._runtime, self.gvisor = await engine.call(runtimes.resolve, api, lim.runtime)
+        if self.gvisor:  # Debian's runsc refuses a stat flag coreutils passes: the image's shim asks again
+            env = {**env, "LD_PRELOAD": runtimes.STATX_SHIM}
         self._network_mode, self._env = network_mode, env
         why = isolation_unavailable(lim.network)
         if why:
@@ -293,6 +301,8 @@ class DockerSandbox(DockerFiles):
         guard = self.server_info.get("guard") or {}
         if self.spec.limits.cap_add:
             self.not_recyclable = "capabilities were given back (--cap-add)"
+        elif self.gvisor:
+            self.not_recyclable = "gVisor keeps its own view of the files a restore would change: fresh sandboxes"
         elif guard.get("dumpable") != 0 or guard.get("gaps") or "guard" not in self.server_info:
             self.not_recyclable = "; ".join(guard.get("gaps") or []) or "the server cannot protect itself"
         if self.not_recyclable:
@@ -371,7 +381,8 @@ class DockerSandbox(DockerFiles):
         if not net.startswith("container:") and engine.is_local():  # that mode shares the other's files
             files = etc_files.contents(net, net in (*BUILTIN_NETWORKS, REGISTRIES), self._proxy)
             binds = await asyncio.to_thread(etc_files.create, self.name, files, labels[LABEL_OWNER])
-        host_config = api.create_host_config(**limits.host_config_kwargs(self.spec.limits, size, self._network_mode),
+        host_config = api.create_host_config(**limits.host_config_kwargs(self.spec.limits, size, self._network_mode,
+                                                                          self._runtime),
                                              binds=binds)
         creating = asyncio.ensure_future(engine.call(
             api.create_container, self.spec.image, command=["python3", "-c", BOOTSTRAP],

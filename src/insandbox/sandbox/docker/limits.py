@@ -87,7 +87,8 @@ def is_quota_refusal(explanation: str) -> bool:
     return "storage-opt" in text or "storage opt" in text or "quota" in text and "not" in text
 
 
-def host_config_kwargs(limits: SandboxLimits, size: Optional[str], network_mode: str) -> dict:
+def host_config_kwargs(limits: SandboxLimits, size: Optional[str], network_mode: str,
+                       runtime: Optional[str] = None) -> dict:
     """Keyword arguments of the Docker SDK's create_host_config for these limits (network_mode:
     limits.network as the backend resolved it, e.g. the registries proxy's network)."""
     kwargs = dict(
@@ -104,6 +105,6 @@ def host_config_kwargs(limits: SandboxLimits, size: Optional[str], network_mode:
         log_config={"Type": "none", "Config": {}})
     if size:
         kwargs["storage_opt"] = {"size": size}
-    if limits.runtime:
-        kwargs["runtime"] = limits.runtime
+    if runtime or limits.runtime:  # the engine's name for it (runtimes.resolve), else as given
+        kwargs["runtime"] = runtime or limits.runtime
     return kwargs
