@@ -74,7 +74,7 @@ def main() -> None:
             row("runc, --network none", a.rounds, a.image, network="none"),
             row("runc, --network registries", a.rounds, a.image, network="registries")]
     if engine_has("runsc"):
-        rows.append(row("gVisor (--runtime runsc)", a.rounds, a.image, runtime="runsc"))
+        rows.append(row("gVisor (--runtime gvisor)", a.rounds, a.image, runtime="gvisor"))
     else:
         rows.append(("gVisor (--runtime runsc)", "not installed in this engine"))
     userns = subprocess.run(["docker", "info"], env={**os.environ, "DOCKER_HOST": USERNS_SOCKET},

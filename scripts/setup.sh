@@ -17,6 +17,8 @@
 #      INSANDBOX_SKIP_LLAMA_SERVER=1  do not build llama-server (scripts/build_llama_server.sh; ~10 minutes
 #                              on 2 cores the first time; the third_party_server tests need it)
 #      INSANDBOX_SKIP_IMAGE=1  do not build the sandbox image (nor the registries proxy's)
+#      INSANDBOX_GVISOR=1      also install gVisor (Debian's runsc) and register it with the engine as `runsc`
+#                              (`--runtime gvisor`); the tests under gVisor need it
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -73,6 +75,26 @@ if ! docker info >/dev/null 2>&1; then
     for _ in $(seq 60); do docker info >/dev/null 2>&1 && break; sleep 0.5; done
   fi
   docker info >/dev/null 2>&1 || { tail -20 /var/log/insandbox-dockerd.log; echo "dockerd did not start" >&2; exit 1; }
+fi
+
+# --- 2b. gVisor, when asked ---------------------------------------------------------------
+if [ "${INSANDBOX_GVISOR:-}" = 1 ]; then
+  command -v runsc >/dev/null 2>&1 || { log "installing gVisor (runsc)"; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq runsc >/dev/null; }
+  if ! docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q '"runsc"'; then
+    # --network=host hands gVisor the container's own network namespace (its own stack will not start in
+    # the root namespace of some VMs); the sandbox's packet filter then applies as under runc
+    log "registering runsc with the Docker engine (/etc/docker/daemon.json)"
+    python3 - <<'PY'
+import json, pathlib
+p = pathlib.Path("/etc/docker/daemon.json")
+cfg = json.loads(p.read_text()) if p.exists() and p.read_text().strip() else {}
+cfg.setdefault("runtimes", {})["runsc"] = {"path": "/usr/bin/runsc", "runtimeArgs": ["--network=host"]}
+p.parent.mkdir(parents=True, exist_ok=True)
+p.write_text(json.dumps(cfg, indent=2) + "\n")
+PY
+    kill -HUP "$(pidof dockerd)"  # the engine reads its runtimes again, nothing restarts
+    for _ in $(seq 20); do docker info --format '{{json .Runtimes}}' | grep -q '"runsc"' && break; sleep 0.5; done
+  fi
 fi
 
 # --- 3. the Python environment ------------------------------------------------------------

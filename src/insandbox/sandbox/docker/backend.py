@@ -143,7 +143,7 @@ class DockerSandbox(DockerFiles):
             if gvisor and await engine.call(image.image_exists, spec.image):
                 labels = ((await engine.call(api.inspect_image, spec.image)).get("Config") or {}).get("Labels") or {}
                 if not labels.get(runtimes.SHIM_LABEL):
-                    raise SetupError(f"image {spec.image} predates gVisor support (its statx shim): rebuild it with "
+                    raise SetupError(f"image {spec.image} predates gVisor support (statx shim, /tmp): rebuild it with "
                                      f"`insandbox image build --tag {spec.image}`")
         if spec.limits.disk:
             mode, why = await engine.call(limits.disk_mode, api)
@@ -198,8 +198,15 @@ class DockerSandbox(DockerFiles):
     # ------------------------------------------------------------------ lifetime
     async def start(self) -> None:
         """Waits for room on the host first; a start the engine refuses for want of room waits and is
-        tried again as a fresh container (admission.py)."""
-        await admission.gate().start(self.spec.limits.network, self._start_once, self._fresh_attempt)
+        tried again as a fresh container (admission.py); so is a gVisor sandbox that failed to boot."""
+        for tries_left in range(runtimes.BOOT_TRIES - 1, -1, -1):
+            try:
+                await admission.gate().start(self.spec.limits.network, self._start_once, self._fresh_attempt)
+                return
+            except SandboxError as e:
+                if not (self.gvisor and tries_left and runtimes.failed_to_boot(str(e))):
+                    raise
+                self._fresh_attempt()
 
     def _fresh_attempt(self) -> None:
         etc_files.remove(self.name)

@@ -22,7 +22,13 @@ from . import engine
 
 GVISOR_NAMES = ("gvisor", "runsc")
 STATX_SHIM = "/usr/local/lib/insandbox-statx-compat.so"
-SHIM_LABEL = "insandbox.statx_compat"  # on images built with the shim
+SHIM_LABEL = "insandbox.gvisor_ready"  # on images built with the shim and a /tmp that is not empty
+
+# runsc sometimes fails to boot a sandbox on a loaded machine ("cannot create sandbox: cannot read client
+# sync file"), and the engine's next start of that layer can trip over the half-made mount ("inconsistent
+# paths"): a fresh container, up to this many tries in all
+BOOT_TRIES = 3
+_BOOT_FAILURES = ("cannot create sandbox", "client sync file", "inconsistent paths")
 
 _lock = threading.Lock()
 _known: dict[str, dict] = {}  # docker host -> the engine's runtimes
@@ -64,3 +70,8 @@ def resolve(api, name: Optional[str]) -> tuple[Optional[str], bool]:
 def forget() -> None:
     with _lock:
         _known.clear()
+
+
+def failed_to_boot(message: str) -> bool:
+    """gVisor could not boot the sandbox, for no reason of the sandbox's own (worth a fresh try)."""
+    return any(w in message for w in _BOOT_FAILURES)
