@@ -23,6 +23,9 @@ VAL_SIZE=${VAL_SIZE:-64}
 MAX_PROMPT_LENGTH=${MAX_PROMPT_LENGTH:-8192}
 PYTHON=${PYTHON:-python3}
 export INSANDBOX_VERL_RECIPE=$RECIPE  # the agent-loop YAML, by absolute path (workers on other nodes read it)
+# `import verl` imports these in every process (Ray starts its workers with this environment): the
+# trainer finds the recipe's advantage estimator, insandbox_rloo, there
+export VERL_USE_EXTERNAL_MODULES=${VERL_USE_EXTERNAL_MODULES:+$VERL_USE_EXTERNAL_MODULES,}insandbox.rl.trainers.verl_advantage
 export INSANDBOX_VERL_DATA=${INSANDBOX_VERL_DATA:-data/verl}
 
 die() { echo "run.sh: $*" >&2; exit 2; }

@@ -386,3 +386,12 @@ def test_an_output_folder_prepared_with_links_is_never_written_through(scripted,
     assert all((bait / name).read_text() == "host file\n" for name in ("out.txt", "answer", "traj", "deep"))
     skipped = {s.path for s in result.trajectory.output_skipped}
     assert {"/testbed/output/out.txt", "/testbed/output/linked/deep"} <= skipped, skipped
+
+
+def test_a_reply_holding_a_lone_surrogate_goes_back_to_the_server(scripted, run_async, tmp_path, docker_image):
+    """A server's reply may carry "\\ud800" (valid JSON, no character); sending the history back must not fail."""
+    srv = scripted({"turns": [{"content": "thinking \ud800 aloud", "tool_calls": [
+        {"name": "execute_bash", "arguments": {"command": "echo 1 > /testbed/answer.txt"}}]}, {"tool": "submit"}]})
+    result = run_async(arun("x", model="m", base_url=srv.url, output_dir=tmp_path, image=docker_image, max_steps=5))
+    assert result.trajectory.exit_reason == "submitted", result.trajectory.exit_detail
+    assert len(srv.requests) == 2

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import cli, containers_with_label, owner_of
+from tests.helpers import REPO, cli, containers_with_label, owner_of
 
 SCRIPT = {"turns": [{"tool": "execute_bash", "args": {"command": "mkdir -p /testbed/output/deep/er && "
                                                                  "echo report > /testbed/output/deep/er/r.md"}},
@@ -132,7 +132,7 @@ WITHOUT_ENGINE = {"report": "reads run folders (run below)", "view": "serves run
                   "serve-model": "serves a GGUF model", "scripted-server": "serves a script",
                   "rl build-data": "writes task files", "rl export": "converts a checkpoint",
                   "rl verl-data": "writes parquet files"}
-SMOKE_TASKS = Path(__file__).parents[1] / "src/insandbox/rl/trainers/presets/smoke-tasks.jsonl"
+SMOKE_TASKS = REPO / "src/insandbox/rl/trainers/presets/smoke-tasks.jsonl"
 
 
 def test_every_command_without_a_docker_engine_says_so_in_one_line(scripted, tmp_path, docker_image):
@@ -166,7 +166,7 @@ def test_every_command_without_a_docker_engine_says_so_in_one_line(scripted, tmp
         lines = r.stderr.splitlines()
         assert r.returncode == 1 and len(lines) == 1 and r.stdout == "", (name, r.returncode, r.stderr[-3000:])
         assert lines[0].startswith("insandbox: ") and "cannot reach the Docker engine" in lines[0], (name, lines)
-    r = cli("report", str(Path(__file__).parent / "data/report_run"), "--out", str(tmp_path / "report"), "--no-plots",
+    r = cli("report", str(REPO / "tests/data/report_run"), "--out", str(tmp_path / "report"), "--no-plots",
             env=no_engine)
     assert r.returncode == 0 and "75.0%" in r.stdout, r.stderr
     # plain mode has no sandbox: it runs without the engine
@@ -192,7 +192,7 @@ def test_a_command_without_its_extra_names_the_extra_in_one_line(scripted, tmp_p
     """Regression: `insandbox report` without the bench extra ended in ModuleNotFoundError: scipy (61 lines),
     and `bench` would have run every sample before failing at the summary. (`rl rollout` loads its model
     once the engine answers: hence the engine.)"""
-    report_run = Path(__file__).parent / "data/report_run"
+    report_run = REPO / "tests/data/report_run"
     srv = scripted({"turns": [{"tool": "submit"}], "llm_turns": [{"content": "Answer: A"}]})
     rows = tmp_path / "rows.jsonl"
     rows.write_text(json.dumps({"id": "q1", "problem_statement": "Which one?\nA. x\nB. y", "ground_truth": "A"}))
@@ -272,7 +272,7 @@ def test_bad_arguments_exit_2_with_one_line_and_create_nothing(tmp_path, docker_
 def test_bench_takes_every_run_option_and_every_option_has_help():
     import typer.main
 
-    from insandbox.cli.app import _click_exceptions, app  # noqa: F401
+    from insandbox.cli.app import app, click_exceptions  # noqa: F401
 
     root = typer.main.get_command(app)
     commands = {name: cmd for name, cmd in root.commands.items()}

@@ -184,7 +184,7 @@ def test_registries_mode_from_the_command_line(scripted, tmp_path, docker_image)
 
 
 ENSURE = ("import sys\n"
-          "from insandbox.sandbox import proxy\n"
+          "from insandbox.sandbox.docker import proxy\n"
           "eps = [*proxy.allowed_endpoints(), proxy.Endpoint('https', sys.argv[1], 443)]\n"
           "print(proxy.ensure(endpoints=eps).name)\n")
 

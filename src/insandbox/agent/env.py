@@ -37,6 +37,7 @@ from ..sandbox import (
     Skipped,
     create_sandbox,
 )
+from ..sandbox.admission import Admission
 from ..sandbox.base import require
 from ..sandbox.pool import SandboxPool
 from ..tools import Tool, ToolBox, ToolCall, ToolOutput, default_tools
@@ -48,7 +49,7 @@ MAX_ANSWER_BYTES = 1024 * 1024
 TEXT_CALL_EXAMPLE = '<tool_call>{"name": "execute_bash", "arguments": {"command": "ls"}}</tool_call>'
 
 
-def no_calls_hint(n: int, tool_format: str = "native") -> str:
+def no_calls_hint(n: int, tool_format: str = defaults.TOOL_FORMAT) -> str:
     """The note the trajectory and the console get after `n` replies in a row without a tool call: the likely
     cause and what to try, for the tool format in use (text mode has no server template to blame)."""
     if tool_format == "text":
@@ -87,6 +88,7 @@ class EnvConfig:
     backend: str = defaults.BACKEND
     run_id: str = ""
     pool: Optional[SandboxPool] = None  # take started sandboxes from it and give them back (bench, RL)
+    admission: Optional[Admission] = None  # the session's way through the admission gate (None: the process's)
 
     def episode_limits(self) -> Limits:
         return Limits(max_steps=self.max_steps, token_budget=self.token_budget, time_limit=self.time_limit,
@@ -94,7 +96,7 @@ class EnvConfig:
 
     def sandbox_spec(self) -> SandboxSpec:
         return SandboxSpec(image=self.image, workdir=self.prompts.working_dir, limits=self.limits, env=self.env_vars,
-                           run_id=self.run_id, output_limit_chars=self.output_limit_chars)
+                           run_id=self.run_id, output_limit_chars=self.output_limit_chars, admission=self.admission)
 
 
 @dataclass
@@ -154,6 +156,11 @@ class SandboxEnv:
     @property
     def tool_schemas(self) -> list[dict]:
         return self.toolbox.schemas()
+
+    @property
+    def snapshot_timings(self) -> dict:
+        """A forked env: how long taking the snapshot it started from took (empty otherwise)."""
+        return dict(self._snapshot.timings) if self._snapshot is not None else {}
 
     @property
     def steps_left(self) -> int:

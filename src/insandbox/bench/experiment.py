@@ -23,7 +23,7 @@ from typing import Any, Optional
 
 from ..config import RunConfig
 from ..core.redact import redact
-from .runner import BENCH_FILE, SUMMARY_FILE
+from ..runs import layout
 from .store import ResultStore, latest
 from .tasks import TaskSpec
 
@@ -67,16 +67,16 @@ class RunInfo:
 
 def read_run(run_dir: Path) -> RunInfo:
     run_dir = Path(run_dir)
-    meta_path = run_dir / BENCH_FILE
+    meta_path = run_dir / layout.BENCH
     if not meta_path.is_file():
-        raise ValueError(f"{run_dir} is not a benchmark run folder (no {BENCH_FILE})")
+        raise ValueError(f"{run_dir} is not a benchmark run folder (no {layout.BENCH})")
     meta = json.loads(meta_path.read_text(encoding="utf-8"))
     config = meta.get("config") or {}
     run = {**_defaults(RunConfig), **_plain(config.get("run") or {})}
     run["extra_body"] = redact(run.get("extra_body"))  # runs recorded before redaction (redact.py) held it verbatim
     task = {**_defaults(TaskSpec), **_plain(meta.get("task") or {})}
     model, price = None, None
-    summary_path = run_dir / SUMMARY_FILE
+    summary_path = run_dir / layout.SUMMARY
     if summary_path.is_file():
         summary = json.loads(summary_path.read_text(encoding="utf-8"))
         model, price = summary.get("model"), summary.get("price")

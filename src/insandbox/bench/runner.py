@@ -1,19 +1,12 @@
 """`insandbox bench`: run a task's rows in sandbox mode, plain mode or both, concurrently.
 
-A sample is one (row, repeat, mode). Each runs as an ordinary `arun` (its own sandbox,
-its own run folder under samples/), all sharing one model client; up to `concurrency`
-are in flight. The moment a sample is scored its record is appended to results.jsonl,
-so a killed run loses nothing and `--resume RUN_DIR` runs only what is missing.
-Failures of the infrastructure (the model server or the sandbox) are retried, and if
-they persist the sample is recorded as an error, apart from wrong answers; ten such
-failures in a row stop the run, since something is down.
-
-The Docker engine going away (a daemon restart) is waited out rather than counted: after a
-sandbox failure the runner asks the engine whether it is there; if not, every sandbox sample
-waits (backing off, at most `engine_wait_s`) until it answers again, the containers that
-could not be removed meanwhile are removed, and the samples the outage cut off run again
-without using up their retries (each failed attempt stays listed in the record's
-`failed_attempts`). An engine that does not come back stops the run, resumable.
+A sample is one (row, repeat, mode); it runs to its record in sample.py (`SampleRunner`: its own run
+folder under samples/, retries, engine outages, scoring), all samples sharing one Session (one model
+client, one price, one pool of sandboxes). This file schedules them (up to `concurrency` in flight,
+here or through an executor such as distributed/bench.py's Ray cluster) and records them: the
+moment a sample is scored its record is appended to results.jsonl, so a killed run loses nothing
+and `--resume RUN_DIR` runs only what is missing. Ten infrastructure failures in a row stop the
+run, since something is down; so does an engine that does not come back (resumable).
 
 A run folder that cannot be written (disk full, read-only) stops the run at once with what,
 where and how to resume: every record already written stays whole.
@@ -21,58 +14,42 @@ where and how to resume: every record already written stays whole.
 from __future__ import annotations
 
 import asyncio
-import datetime as _dt
-import errno
 import json
-import re
 import time
-import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Optional, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..analysis.accounting import token_breakdown
 from ..config import ConfigError, RunConfig, restored
-from ..core.episode import ExitReason
 from ..core.extras import require
 from ..core.redact import redact, secrets_in
 from ..core.trajectory import now_iso
-from ..models.base import ModelClient
 from ..models.openai_compat import OpenAIChatClient
-from ..models.pricing import Price, PriceTable, load_prices
+from ..models.pricing import PriceTable, load_prices
 from ..prompts import PromptConfig, load_prompt_overrides
-from ..runs.session import arun, make_model_client, prepare_sandbox, price_of
-from ..sandbox import backend_class
-from ..sandbox.pool import SandboxPool
+from ..runs import layout
+from ..runs.session import PoolSettings, Session, settings
 from . import degraded, stats
 from .data import Row, load_rows
-from .scorers import JudgeSettings, Scorer, make_scorer, modules_needed
+from .sample import (
+    BenchAborted,
+    EngineOutage,
+    EngineWatch,
+    RunFolderUnwritable,
+    SampleRecord,
+    SampleRunner,
+    is_host_write_error,
+)
+from .scorers import JudgeSettings, make_scorer, modules_needed
 from .store import ResultStore, latest, sample_key, write_atomic
 from .tasks import TaskSpec, load_task
 
 MAX_CONSECUTIVE_INFRA = 10
-MAX_OUTAGE_RETRIES = 3  # attempts of one sample cut off by engine outages that are not counted as retries
-BENCH_FILE = "bench.json"
-SUMMARY_FILE = "summary.json"
-HOST_WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO)
-
-
-class BenchAborted(RuntimeError):
-    pass
-
-
-class EngineOutage(BenchAborted):
-    """The sandbox engine did not answer again within the wait."""
-
-
-class RunFolderUnwritable(BenchAborted):
-    """The run folder cannot be written (disk full, quota, read-only): nothing more can be recorded."""
-
-
-def is_host_write_error(exc: BaseException) -> bool:
-    return isinstance(exc, OSError) and exc.errno in HOST_WRITE_ERRNOS
+__all__ = ["BenchAborted", "BenchConfig", "BenchResult", "BenchRun", "EngineOutage", "RunFolderUnwritable",
+           "SampleExecutor", "load_bench_config", "open_sample_runner", "resumed_config", "run_bench"]
 
 
 class BenchConfig(BaseModel):
@@ -143,19 +120,10 @@ class BenchResult:
     records: list[dict] = field(default_factory=list)
 
 
-def safe_name(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", text)[:120] or "_"
-
-
-def default_run_dir(root: Path, task: str) -> Path:
-    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    return Path(root) / f"bench-{safe_name(Path(task).stem)}-{stamp}-{uuid.uuid4().hex[:6]}"
-
-
 def load_bench_config(run_dir: Path) -> BenchConfig:
-    path = Path(run_dir) / BENCH_FILE
+    path = Path(run_dir) / layout.BENCH
     if not path.is_file():
-        raise ConfigError(f"{run_dir} is not a benchmark run folder (no {BENCH_FILE})")
+        raise ConfigError(f"{run_dir} is not a benchmark run folder (no {layout.BENCH})")
     meta = json.loads(path.read_text(encoding="utf-8"))
     saved = meta["config"]
     run = saved.pop("run")
@@ -177,65 +145,32 @@ def _with_credentials(saved: BenchConfig, given: BenchConfig) -> BenchConfig:
                                                                            given.judge_base_url, "--judge-base-url")})
 
 
-class EngineWatch:
-    """Whether the sandbox engine is there, shared by the samples of a run.
-
-    After a failed sandbox attempt a sample calls `outage_during`: if the engine does not answer,
-    one waiter polls it (backing off from 0.5 s to 5 s, at most `max_wait_s`) and every sandbox
-    sample waits with it (`ready`, before each attempt), so none burns its retries or starts a
-    container while the engine is away. Once it answers, the containers whose removal failed
-    meanwhile are removed. If it does not, EngineOutage reaches every waiting sample."""
-
-    def __init__(self, backend: str, max_wait_s: float, on_status, run_dir: Path):
-        self.backend = backend_class(backend)
-        self.max_wait_s = max_wait_s
-        self.on_status = on_status
-        self.run_dir = run_dir
-        self.outages: list[dict] = []  # this session's: when, how long, containers removed afterwards
-        self._waiting: Optional[asyncio.Future] = None
-        self._last_back = float("-inf")  # monotonic time the last outage ended
-
-    async def ready(self) -> None:
-        """Return once the engine is not known to be away (raises EngineOutage if it never came back)."""
-        if self._waiting is not None:
-            await asyncio.shield(self._waiting)
-
-    async def outage_during(self, since: float) -> bool:
-        """After a sandbox failure of an attempt begun at `since` (monotonic): was the engine away
-        meanwhile? If it is away now, return only once it answers again."""
-        if self._waiting is None:
-            if await self.backend.reachable():
-                return since < self._last_back
-            if self._waiting is None:
-                self._waiting = asyncio.ensure_future(self._wait())
-        await asyncio.shield(self._waiting)
-        return True
-
-    def close(self) -> None:
-        """The run is over: stop waiting for the engine."""
-        if self._waiting is not None and not self._waiting.done():
-            self._waiting.cancel()
-
-    async def _wait(self) -> None:
-        t0, delay = time.monotonic(), 0.5
-        self.on_status(f"the sandbox engine is not answering: sandbox samples wait for it (up to "
-                       f"{self.max_wait_s:g} s)")
-        while not await self.backend.reachable():
-            waited = time.monotonic() - t0
-            if waited >= self.max_wait_s:
-                raise EngineOutage(f"the sandbox engine has not answered for {waited:.0f} s; stopping. Every "
-                                   f"sample recorded so far is kept; start the engine (e.g. `dockerd &`, or `bash "
-                                   f"scripts/setup.sh`) and finish the run with: insandbox bench --resume "
-                                   f"{self.run_dir}")
-            await asyncio.sleep(min(delay, max(self.max_wait_s - waited, 0.0)))
-            delay = min(delay * 2, 5.0)
-        removed = await self.backend.remove_unremoved()
-        down_s = time.monotonic() - t0
-        self.outages.append({"at": now_iso(), "waited_s": round(down_s, 2), "containers_removed": len(removed)})
-        self._last_back = time.monotonic()
-        self._waiting = None
-        self.on_status(f"the sandbox engine answers again (waited {down_s:.0f} s); removed {len(removed)} "
-                       "container(s) it had left; the samples it cut off run again")
+async def open_sample_runner(cfg: BenchConfig, task: TaskSpec, prompts: PromptConfig, run_dir: Path, *,
+                             max_steps: int, prices: PriceTable, progress: Optional[BenchProgress] = None,
+                             sandbox: bool = True, prestart: bool = True,
+                             on_unwritable: Optional[Callable[[OSError], BaseException]] = None) -> SampleRunner:
+    """A SampleRunner for `cfg`'s samples, its Session open (the sandbox backend and a pool when `sandbox`;
+    `prestart=False` where the demand is not known, a Ray node: sandboxes start only when a sample asks),
+    with its scorer (and judge). `run_dir` is where the samples' folders go."""
+    progress = progress or _Quiet()
+    session = Session(settings(cfg.run, {"max_steps": max_steps}), progress, prompts=prompts, prices=prices)
+    c = cfg.concurrency
+    pool = PoolSettings(size=cfg.pool_size or c + min(c, 8), recycle=cfg.recycle, max_uses=cfg.max_uses,
+                        prestart=prestart, close_wait_s=cfg.engine_wait_s) if cfg.pool else None
+    await session.open(sandbox=sandbox, pool=pool)
+    if not session.price.known:  # said once here; each record's cost is None
+        progress.on_status(f"{session.price.describe()}: sample costs are recorded as unknown (add it to a "
+                           "price file: --prices FILE)")
+    judge, settings_ = None, None
+    if cfg.judge_model:
+        run = session.cfg
+        judge = OpenAIChatClient(cfg.judge_model, base_url=cfg.judge_base_url, api_key=cfg.judge_api_key or run.api_key,
+                                 temperature=0.0, max_retries=run.max_retries)
+        settings_ = JudgeSettings(judge, cfg.judge_prompt.read_text(encoding="utf-8") if cfg.judge_prompt else None)
+    return SampleRunner(session, task, make_scorer(task.scorer, task.offline_scorer, settings_), run_dir,
+                        retries=cfg.retries, retry_backoff_s=cfg.retry_backoff_s, judge=judge,
+                        engine=EngineWatch(cfg.run.backend, cfg.engine_wait_s, progress.on_status, run_dir),
+                        on_unwritable=on_unwritable)
 
 
 class SampleExecutor(Protocol):
@@ -244,47 +179,48 @@ class SampleExecutor(Protocol):
 
     async def start(self, bench: BenchRun) -> None: ...
 
-    async def run(self, bench: BenchRun, row: Row, repeat: int, mode: str) -> dict: ...
+    async def run(self, bench: BenchRun, row: Row, repeat: int, mode: str, cut_off: bool) -> SampleRecord: ...
 
     async def close(self) -> None: ...
 
 
 class BenchRun:
+    """One benchmark run (or the rest of one, resumed): schedules its samples and records each."""
+
     def __init__(self, cfg: BenchConfig, run_dir: Optional[Path] = None, progress: Optional[BenchProgress] = None,
-                 executor: Optional[SampleExecutor] = None, task: Optional[TaskSpec] = None,
-                 prompts: Optional[PromptConfig] = None):
-        """`task` and `prompts`, when given, stand for the files `cfg` names (a Ray node runs
-        samples of a run whose files are on the driver's machine)."""
+                 executor: Optional[SampleExecutor] = None):
         self.cfg = cfg
         self.progress = progress or _Quiet()
         self.executor = executor  # None: samples run here
-        self.task: TaskSpec = task or load_task(cfg.task)
-        self.prompts: PromptConfig = prompts or self.task.prompts()
-        if cfg.run.prompt_config and prompts is None:  # the user's file replaces the keys it sets, the task the rest
+        self.task: TaskSpec = load_task(cfg.task)
+        self.prompts: PromptConfig = self.task.prompts()
+        if cfg.run.prompt_config:  # the user's file replaces the keys it sets, the task the rest
             self.prompts = self.prompts.model_copy(update=load_prompt_overrides(cfg.run.prompt_config))
-        self.run_dir = Path(run_dir or cfg.output_dir or default_run_dir(cfg.runs_root, cfg.task))
+        self.run_dir = Path(run_dir or cfg.output_dir or layout.default_bench_dir(cfg.runs_root, cfg.task))
         self.store = ResultStore(self.run_dir)
         self.modes = ["sandbox", "llm"] if cfg.mode == "both" else [cfg.mode]
         self.repeats = cfg.repeats or self.task.repeats
         explicit = "max_steps" in cfg.run.model_fields_set
         self.max_steps = cfg.run.max_steps if explicit or not self.task.max_steps else self.task.max_steps
-        self.client: Optional[ModelClient] = None
-        self.judge: Optional[OpenAIChatClient] = None
-        self.scorer: Optional[Scorer] = None
-        self.price: Optional[Price] = None  # of the model's calls, the same for every sample
-        self._prices: Optional[PriceTable] = None
-        self.engine = EngineWatch(cfg.run.backend, cfg.engine_wait_s, self.progress.on_status, self.run_dir)
+        self.prices: Optional[PriceTable] = None  # the price table, read before the run folder exists
+        self.samples: Optional[SampleRunner] = None  # once the run's session is open
         self._infra_streak = 0
         self._stop: Optional[BenchAborted] = None  # set by a sample whose failure stops the run
         self._recorded: set[tuple[str, str, int]] = set()  # samples with a record when the session began
-        self.pool: Optional[SandboxPool] = None
         self._sandbox_samples_left = 0  # sandbox samples that have not begun yet (the pool's demand)
+        self._finished = 0  # samples recorded by this session
         self._tool_use = [0, 0]  # this session's sandbox samples: [without a tool call, counted] (degraded.py)
         self._warned_no_calls = False
 
+    @property
+    def model(self) -> Optional[str]:
+        """The model's name, as its client has it (the one the server listed when none was given)."""
+        client = self.samples.session.client if self.samples else None
+        return getattr(client, "name", None) or self.cfg.run.model
+
     # ------------------------------------------------------------------ set-up
     def _save_config(self, rows: list[Row]) -> None:
-        path = self.run_dir / BENCH_FILE
+        path = self.run_dir / layout.BENCH
         if path.is_file():
             saved = json.loads(path.read_text(encoding="utf-8"))
             if saved.get("row_ids") != [r.id for r in rows]:
@@ -295,7 +231,8 @@ class BenchRun:
                                        "max_steps": self.max_steps, "created_at": now_iso()},
                                       indent=1, ensure_ascii=False))
 
-    def _unwritable(self, error: OSError) -> RunFolderUnwritable:
+    def unwritable(self, error: OSError) -> RunFolderUnwritable:
+        """The run folder takes nothing more: the stop, with what is kept and how to go on."""
         where = error.filename or self.run_dir
         try:
             recorded = len(latest(self.store.load()))
@@ -306,150 +243,8 @@ class BenchRun:
             f"sample(s) already recorded are kept whole in {self.store.path}. Free some space (or fix the device) "
             f"and finish the run with: insandbox bench --resume {self.run_dir}")
 
-    async def _open_clients(self) -> None:
-        run = self.cfg.run.with_environment()
-        self.client = await make_model_client(run)
-        self.price = price_of(self._prices or load_prices(run.prices), run, self.client.name)
-        if not self.price.known:  # said once here; each record's cost is None
-            self.progress.on_status(f"{self.price.describe()}: sample costs are recorded as unknown (add it to a "
-                                    "price file: --prices FILE)")
-        judge = None
-        if self.cfg.judge_model:
-            self.judge = OpenAIChatClient(self.cfg.judge_model, base_url=self.cfg.judge_base_url,
-                                          api_key=self.cfg.judge_api_key or run.api_key, temperature=0.0,
-                                          max_retries=run.max_retries)
-            prompt = self.cfg.judge_prompt.read_text(encoding="utf-8") if self.cfg.judge_prompt else None
-            judge = JudgeSettings(self.judge, prompt)
-        self.scorer = make_scorer(self.task.scorer, self.task.offline_scorer, judge)
-
-    async def _close_clients(self) -> None:
-        for c in (self.client, self.judge):
-            if c is not None:
-                try:
-                    await c.close()
-                except Exception:
-                    pass
-
-    def _make_pool(self, prestart: bool = True) -> Optional[SandboxPool]:
-        """One pool for the run's sandbox samples (None with --no-pool: each starts its own).
-        `prestart=False` where the demand is not known (a Ray node): starts only when a sample asks."""
-        if not self.cfg.pool:
-            return None
-        spec = self.cfg.run.env_config(self.prompts, f"bench-{uuid.uuid4().hex[:6]}").sandbox_spec()
-        c = self.cfg.concurrency
-        return SandboxPool(spec, self.cfg.run.backend, size=self.cfg.pool_size or c + min(c, 8),
-                           recycle=self.cfg.recycle, max_uses=self.cfg.max_uses, prestart=prestart)
-
-    async def _close_pool(self) -> None:
-        if self.pool is not None:
-            try:
-                await self.pool.close(self.cfg.engine_wait_s)
-            except Exception as e:  # what could not be removed stays for `insandbox clean`
-                self.progress.on_status(f"could not remove every pooled sandbox: {e}")
-
-    # ------------------------------------------------------------------ one sample
-    async def _run_sample(self, row: Row, repeat: int, mode: str) -> dict:
-        rel = Path("samples") / mode / safe_name(row.id) / f"r{repeat}"
-        run = self.cfg.run
-        overrides = {"mode": mode, "output_dir": self.run_dir / rel, "max_steps": self.max_steps}
-        started, attempts, result, crash = time.time(), 0, None, None
-        costs: list[float] = []  # of every attempt, in order (the last one is the record's own)
-        sandbox = mode == "sandbox"
-        failures: list[dict] = []  # every failed attempt, in order
-        outages = 0  # attempts cut off by the engine going away: not counted as retries
-        gone: Optional[EngineOutage] = None  # the engine did not come back: record this sample, then stop
-        # an earlier session was killed or stopped while running it: its folder is there, without a record
-        cut_off = int((row.id, mode, repeat) not in self._recorded and (self.run_dir / rel).is_dir())
-        while True:
-            if sandbox:
-                try:
-                    await self.engine.ready()  # no container starts while the engine is known to be away
-                except EngineOutage as e:
-                    if not attempts:
-                        raise
-                    gone = e
-                    break
-            attempts += 1
-            began = time.monotonic()
-            try:
-                result = await arun(row.problem_statement, run, model_client=self.client, prompts=self.prompts,
-                                    input_files=row.input_files, task_id=row.id, prepared=True, price=self.price,
-                                    sandbox_pool=self.pool if sandbox else None, **overrides)
-                crash = None
-                costs.append(result.trajectory.totals.cost_usd or 0.0)
-            except (ConfigError, FileNotFoundError):
-                raise
-            except Exception as e:  # the sandbox could not even start, the engine went away, ...
-                if is_host_write_error(e):  # no retry can help: the run folder takes nothing more
-                    raise self._unwritable(e) from e
-                result, crash = None, f"{type(e).__name__}: {e}"
-                costs.append(0.0)  # arun failed before the model was asked
-            failed = crash is not None or result.exit_reason is None or result.exit_reason.is_failure
-            if not failed:
-                break
-            error = crash or f"{result.exit_reason}: {result.trajectory.exit_detail}"
-            failures.append({"attempt": attempts, "error": error})
-            if sandbox and (crash or result.exit_reason is not ExitReason.MODEL_ERROR):
-                try:
-                    away = await self.engine.outage_during(began)
-                except EngineOutage as e:
-                    failures[-1]["engine_away"] = True
-                    gone = e
-                    break
-                if away:
-                    failures[-1]["engine_away"] = True
-                    if outages < MAX_OUTAGE_RETRIES:
-                        outages += 1
-                        continue  # the engine is back: run it again at once
-            if attempts - outages > self.cfg.retries:
-                break
-            await asyncio.sleep(min(self.cfg.retry_backoff_s * 2 ** (attempts - outages - 1), 30))
-        record = {"id": row.id, "task": self.task.name, "mode": mode, "repeat": repeat,
-                  "attempts": attempts + cut_off, "started_at": started, "finished_at": None,
-                  "trajectory": str(rel / "trajectory.json")}
-        if cut_off:
-            record.update(resumed_attempts=cut_off, cut_off_earlier=True)
-        if self.price is not None and self.price.known:  # an unknown price leaves the cost unknown, never 0
-            record["cost_usd"] = costs[-1] if costs else 0.0
-            if sum(costs[:-1]):
-                record["retry_cost_usd"] = round(sum(costs[:-1]), 10)
-        else:
-            record["cost_usd"] = None
-        if failures:
-            record["failed_attempts"] = failures
-        if gone is not None:
-            error += f" (the sandbox engine did not answer again within {self.cfg.engine_wait_s:g} s)"
-            self._stop = gone
-        if failed:
-            record.update(score=None, error=error,
-                          exit_reason=result.exit_reason if result else ExitReason.SANDBOX_ERROR)
-        else:
-            answer = result.answer or ""
-            scored = await self.scorer.score(answer, row)
-            record.update(score=scored.score, answer=answer, extracted=scored.extracted, score_method=scored.method,
-                          approximate=self.scorer.approximate, score_detail=scored.detail, error=None,
-                          exit_reason=result.exit_reason)
-        if result is not None:
-            traj = result.trajectory
-            record.update(exit_detail=traj.exit_detail, steps=traj.totals.steps, tool_calls=traj.totals.tool_calls,
-                          prompt_tokens=traj.totals.prompt_tokens,
-                          model_time_s=round(traj.totals.model_time_s, 4),
-                          tool_time_s=round(traj.totals.tool_time_s, 4),
-                          wall_time_s=round(traj.totals.wall_time_s, 4),
-                          **token_breakdown(traj.model_dump(include={"steps"})))
-        record["finished_at"] = time.time()
-        return record
-
-    # ------------------------------------------------------------------ the run
-    async def run(self) -> BenchResult:
-        # what the summary and the scorer import, checked before any sample runs (MissingExtra names the extra)
-        require("bench", "scipy", *modules_needed(self.task.scorer, self.task.offline_scorer,
-                                                  bool(self.cfg.judge_model)))
-        self._prices = load_prices(self.cfg.run.prices)  # a bad price file stops the run before its folder exists
-        rows = load_rows(self.cfg.data, self.task.dataset, self.task.config, self.task.split, self.cfg.ids,
-                         self.cfg.limit)
-        if not rows:
-            raise ConfigError("no rows to run (check --ids / --limit / --data)")
+    def _open_folder(self, rows: list[Row]) -> list[tuple[Row, int, str]]:
+        """The run folder made (or found again), and the samples it still lacks."""
         try:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             self._save_config(rows)
@@ -457,48 +252,50 @@ class BenchRun:
         except OSError as e:
             if not is_host_write_error(e):
                 raise
-            raise self._unwritable(e) from e
+            raise self.unwritable(e) from e
         done = self.store.finished()
         self._recorded = {sample_key(r) for r in self.store.load()}
-        todo = [(row, k, mode) for row in rows for k in range(self.repeats) for mode in self.modes
+        return [(row, k, mode) for row in rows for k in range(self.repeats) for mode in self.modes
                 if (row.id, mode, k) not in done]
-        total = len(rows) * self.repeats * len(self.modes)
-        if "sandbox" in self.modes and todo and self.executor is None:  # an executor's nodes prepare their own
-            await prepare_sandbox(self.cfg.run, self.progress)
-            self._sandbox_samples_left = sum(1 for s in todo if s[2] == "sandbox")
-            self.pool = self._make_pool()
-        await self._open_clients()
+
+    async def _open(self, todo: list[tuple[Row, int, str]]) -> None:
+        """The samples' session and runner; sandboxes only where this process runs sandbox samples (an
+        executor's nodes prepare their own)."""
+        sandbox = "sandbox" in self.modes and bool(todo) and self.executor is None
+        self._sandbox_samples_left = sum(1 for s in todo if s[2] == "sandbox") if sandbox else 0
+        self.samples = await open_sample_runner(self.cfg, self.task, self.prompts, self.run_dir,
+                                                max_steps=self.max_steps, prices=self.prices,
+                                                progress=self.progress, sandbox=sandbox, on_unwritable=self.unwritable)
         if self.executor is not None and todo:
             await self.executor.start(self)
+
+    # ------------------------------------------------------------------ the run
+    async def run(self) -> BenchResult:
+        # what the summary and the scorer import, checked before any sample runs (MissingExtra names the extra)
+        require("bench", "scipy", *modules_needed(self.task.scorer, self.task.offline_scorer,
+                                                  bool(self.cfg.judge_model)))
+        self.prices = load_prices(self.cfg.run.prices)  # a bad price file stops the run before its folder exists
+        rows = load_rows(self.cfg.data, self.task.dataset, self.task.config, self.task.split, self.cfg.ids,
+                         self.cfg.limit)
+        if not rows:
+            raise ConfigError("no rows to run (check --ids / --limit / --data)")
+        todo = self._open_folder(rows)
+        await self._open(todo)
+        total = len(rows) * self.repeats * len(self.modes)
         self.progress.on_start(total, total - len(todo), self.run_dir, self.cfg.concurrency)
-        gate = asyncio.Semaphore(self.cfg.concurrency)
         t0 = time.time()
-        finished = 0
+        try:
+            await self._run_all(todo)
+        except BaseException:
+            await self._close(t0, stopped=True)
+            raise
+        summary = await self._close(t0, stopped=False)
+        return BenchResult(self.run_dir, summary, latest(self.store.load()))
 
-        async def one(row: Row, k: int, mode: str) -> None:
-            nonlocal finished
-            async with gate:
-                if mode == "sandbox" and self.pool is not None:
-                    self._sandbox_samples_left -= 1
-                    self.pool.expect(self._sandbox_samples_left + 1)  # this one included
-                self.progress.on_sample_start(row.id, mode, k)
-                record = await (self._run_sample(row, k, mode) if self.executor is None
-                                else self.executor.run(self, row, k, mode))
-            try:
-                self.store.append(record)
-            except OSError as e:
-                raise self._unwritable(e) from e
-            finished += 1
-            self._infra_streak = self._infra_streak + 1 if record.get("error") else 0
-            self.progress.on_sample(record)
-            self._watch_tool_use(record)
-            if self._stop is not None:
-                raise self._stop
-            if self._infra_streak >= MAX_CONSECUTIVE_INFRA:
-                raise BenchAborted(f"{MAX_CONSECUTIVE_INFRA} samples in a row failed for infrastructure reasons; "
-                                   f"last: {record['error']}. Stopping; fix it and --resume {self.run_dir}")
-
-        tasks = [asyncio.ensure_future(one(*s)) for s in todo]
+    async def _run_all(self, todo: list[tuple[Row, int, str]]) -> None:
+        """Every sample to its record, `concurrency` at a time; the first that stops the run cancels the others."""
+        gate = asyncio.Semaphore(self.cfg.concurrency)
+        tasks = [asyncio.ensure_future(self._one(gate, *s)) for s in todo]
         try:
             for fut in asyncio.as_completed(tasks):
                 await fut
@@ -506,25 +303,56 @@ class BenchRun:
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            self.engine.close()
-            await self._close_pool()
-            await self._close_clients()
-            if self.executor is not None:
-                await self.executor.close()
-            try:  # the summary of what is recorded; never in place of why the run stopped
-                self.write_summary(session_wall_s=time.time() - t0, session_samples=finished)
-            except OSError:
-                pass
             raise
-        await self._close_pool()
-        await self._close_clients()
+
+    async def _one(self, gate: asyncio.Semaphore, row: Row, k: int, mode: str) -> None:
+        async with gate:
+            pool = self.samples.session.pool
+            if mode == "sandbox" and pool is not None:
+                self._sandbox_samples_left -= 1
+                pool.expect(self._sandbox_samples_left + 1)  # this one included
+            self.progress.on_sample_start(row.id, mode, k)
+            cut_off = self._cut_off(row.id, mode, k)
+            record = await (self.samples.run(row, k, mode, cut_off) if self.executor is None
+                            else self.executor.run(self, row, k, mode, cut_off))
+        self._keep(record)
+
+    def _cut_off(self, row_id: str, mode: str, k: int) -> bool:
+        """An earlier session was killed or stopped while running the sample: its folder is there, without
+        a record."""
+        return (row_id, mode, k) not in self._recorded and (self.run_dir / layout.sample_dir(row_id, mode, k)).is_dir()
+
+    def _keep(self, record: SampleRecord) -> None:
+        """Append the record, tell the progress, and stop the run where the record says so."""
+        data = record.as_dict()
+        try:
+            self.store.append(data)
+        except OSError as e:
+            raise self.unwritable(e) from e
+        self._finished += 1
+        self._infra_streak = self._infra_streak + 1 if data.get("error") else 0
+        self.progress.on_sample(data)
+        self._watch_tool_use(data)
+        if record.engine_gone is not None and self._stop is None:
+            self._stop = EngineOutage(record.engine_gone)
+        if self._stop is not None:
+            raise self._stop
+        if self._infra_streak >= MAX_CONSECUTIVE_INFRA:
+            raise BenchAborted(f"{MAX_CONSECUTIVE_INFRA} samples in a row failed for infrastructure reasons; "
+                               f"last: {data['error']}. Stopping; fix it and --resume {self.run_dir}")
+
+    async def _close(self, t0: float, stopped: bool) -> Optional[dict]:
+        """Give back the session and the executor, then write the summary of what is recorded. After a stop,
+        a summary that cannot be written never takes the place of why the run stopped."""
+        await self.samples.close()
         if self.executor is not None:
             await self.executor.close()
         try:
-            summary = self.write_summary(session_wall_s=time.time() - t0, session_samples=finished)
+            return self.write_summary(session_wall_s=time.time() - t0, session_samples=self._finished)
         except OSError as e:
-            raise self._unwritable(e) from e
-        return BenchResult(self.run_dir, summary, latest(self.store.load()))
+            if stopped:
+                return None
+            raise self.unwritable(e) from e
 
     def _watch_tool_use(self, record: dict) -> None:
         """Say once, as soon as it is clear, that most sandbox samples make no tool call: the run may be
@@ -543,15 +371,17 @@ class BenchRun:
         records = latest(self.store.load())
         summary = stats.summarize(records)
         summary["warnings"] = degraded.warnings(summary["tasks"], self.cfg.run.tool_format)
-        summary.update(task=self.task.name, model=getattr(self.client, "name", None) or self.cfg.run.model,
-                       price=self.price.model_dump() if self.price else None,
+        session = self.samples.session if self.samples else None
+        price, pool = (session.price, session.pool) if session else (None, None)
+        summary.update(task=self.task.name, model=self.model, price=price.model_dump() if price else None,
                        modes=self.modes, repeats=self.repeats, samples=len(records),
                        errors=sum(1 for r in records if r.get("error")), updated_at=now_iso(),
                        session={"samples": session_samples, "wall_s": round(session_wall_s, 2),
                                 "samples_per_min": round(session_samples / session_wall_s * 60, 2)
-                                if session_wall_s > 0 else None, "engine_outages": self.engine.outages,
-                                **({"sandbox_pool": self.pool.stats.summary()} if self.pool else {})})
-        write_atomic(self.run_dir / SUMMARY_FILE, json.dumps(summary, indent=1))  # a full disk keeps the old one
+                                if session_wall_s > 0 else None,
+                                "engine_outages": self.samples.engine.outages if self.samples else [],
+                                **({"sandbox_pool": pool.stats.summary()} if pool else {})})
+        write_atomic(self.run_dir / layout.SUMMARY, json.dumps(summary, indent=1))  # a full disk keeps the old one
         return summary
 
 

@@ -20,8 +20,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ..core import hostfiles
-
-RESULTS = "results.jsonl"
+from ..runs.layout import RESULTS
 
 
 def sample_key(rec: dict) -> tuple[str, str, int]:

@@ -13,7 +13,7 @@ import sys
 import typer
 
 from . import bench, clean, image, replay, rl, run, serve, view
-from .common import _click_exceptions, _command_of, _missing_need
+from .common import click_exceptions, command_of, missing_need
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Give a language model a computer: run it in a Docker sandbox with bash, an editor and submit.")
@@ -44,7 +44,7 @@ def main() -> None:
             stream.reconfigure(errors="backslashreplace")
         except (AttributeError, ValueError):
             pass
-    exc = _click_exceptions()
+    exc = click_exceptions()
     try:
         code = app(standalone_mode=False)
         code = code if isinstance(code, int) else 0
@@ -60,7 +60,7 @@ def main() -> None:
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     except Exception as e:
-        line = _missing_need(e, _command_of(sys.argv[1:]))
+        line = missing_need(e, command_of(sys.argv[1:]))
         if line is None:
             raise  # a bug: its traceback is what a report needs
         from .console import escape_controls

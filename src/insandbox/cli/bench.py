@@ -6,55 +6,11 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..core import defaults
-from .common import BadArgument, _fail, _finish
-from .options import (
-    SHARED,
-    ApiKey,
-    BaseUrl,
-    CapAdd,
-    CommandTimeout,
-    CopyFileLimit,
-    CopyFilesLimit,
-    CopyTotalLimit,
-    Cpus,
-    Disk,
-    EnvVars,
-    ExtraBody,
-    Gguf,
-    Image,
-    Logprobs,
-    MaxRetries,
-    MaxSandboxes,
-    MaxSteps,
-    MaxTokens,
-    Memory,
-    Model,
-    Network,
-    OutputLimit,
-    PidsLimit,
-    Prices,
-    PromptCaching,
-    PromptConfig,
-    Provider,
-    RequestTimeout,
-    Runtime,
-    SendReasoning,
-    StallTimeout,
-    Stream,
-    StuckAfter,
-    Temperature,
-    ThinkingBudget,
-    TimeLimit,
-    TokenBudget,
-    ToolChoice,
-    ToolFormat,
-    TopLogprobs,
-    _shared_settings,
-    _validated,
-)
+from .common import BadArgument, fail, finish
+from .options import RUN, run_settings, shared_options
 
 
+@shared_options(*RUN)
 def bench(
     task: Annotated[Optional[str], typer.Argument(help="A built-in task (math, physics, chem, biomed, long_context, "
                                                        "instruct_follow) or a task YAML file.")] = None,
@@ -96,21 +52,7 @@ def bench(
     ray: Annotated[Optional[str], typer.Option("--ray", help="Run the samples on a Ray cluster: auto (the one "
                                                              "started on this machine) or its ADDRESS "
                                                              "(host:port). Needs insandbox[ray].")] = None,
-    model: Model = None, base_url: BaseUrl = None, api_key: ApiKey = None, gguf: Gguf = None, prices: Prices = None,
-    provider: Provider = None, tool_format: ToolFormat = "native", stream: Stream = False,
-    stall_timeout: StallTimeout = 120.0,
-    logprobs: Logprobs = False, top_logprobs: TopLogprobs = 0, thinking_budget: ThinkingBudget = None,
-    prompt_caching: PromptCaching = True,
-    temperature: Temperature = None, max_tokens: MaxTokens = None, extra_body: ExtraBody = None,
-    max_retries: MaxRetries = 5, request_timeout: RequestTimeout = 600.0, send_reasoning: SendReasoning = False,
-    tool_choice: ToolChoice = "auto", max_steps: MaxSteps = None, token_budget: TokenBudget = None,
-    time_limit: TimeLimit = None, stuck_after: StuckAfter = 5, prompt_config: PromptConfig = None,
-    image: Image = defaults.IMAGE, timeout_per_command: CommandTimeout = defaults.COMMAND_TIMEOUT_S,
-    output_limit: OutputLimit = defaults.OUTPUT_LIMIT, memory: Memory = defaults.MEMORY, cpus: Cpus = defaults.CPUS,
-    pids_limit: PidsLimit = defaults.PIDS, network: Network = defaults.NETWORK, disk: Disk = defaults.DISK,
-    runtime: Runtime = None, cap_add: CapAdd = None, env: EnvVars = None,
-    max_output_file_size: CopyFileLimit = "512m", max_output_size: CopyTotalLimit = "1g",
-    max_output_files: CopyFilesLimit = defaults.COPY_MAX_FILES, max_sandboxes: MaxSandboxes = None,
+    *, shared: dict,  # the values of the options in RUN (options.py)
 ) -> None:
     """Benchmark a model on a task, in sandbox mode, plain mode or both."""
     from ..bench.data import DataError
@@ -118,7 +60,7 @@ def bench(
     from ..bench.report import rich_tables, write_report
     from ..bench.runner import BenchAborted, BenchConfig
     from ..bench.tasks import builtin_tasks, load_task
-    from ..config import ConfigError
+    from ..config import ConfigError, validated
     from ..distributed.bench import run_bench  # on this machine, or with --ray on a cluster
     from .console import make_console, shown
 
@@ -128,35 +70,34 @@ def bench(
             spec = load_task(name)
             typer.echo(f"{name:<16} repeats {spec.repeats:<3} scorer {spec.scorer:<8} {spec.description}")
         return
-    shared = {k: v for k, v in locals().items() if k in SHARED}
     try:
         if resume is None and not task:
             raise BadArgument("name a task (insandbox bench --list), or --resume RUN_DIR")
         if mode not in ("sandbox", "llm", "both"):
             raise BadArgument("--mode is sandbox, llm or both")
-        run_cfg = _validated(_shared_settings(**shared))
+        run_cfg = validated(run_settings(shared))
         cfg = BenchConfig(task=task or "resume", data=data, mode=mode, repeats=repeats, limit=limit,
                           ids=[i.strip() for i in ids.split(",") if i.strip()] if ids else None,
                           concurrency=8 if concurrency is None else concurrency, retries=retries,
                           output_dir=output_dir, judge_model=judge_model,
-                          judge_base_url=judge_base_url or base_url, judge_api_key=judge_api_key,
+                          judge_base_url=judge_base_url or shared["base_url"], judge_api_key=judge_api_key,
                           judge_prompt=judge_prompt, pool=pool, recycle=recycle, pool_size=pool_size,
                           max_uses=max_uses, run=run_cfg)
     except (BadArgument, ConfigError) as e:
-        _fail(str(e))
+        fail(str(e))
     except ValueError as e:  # pydantic, for the benchmark's own settings
         from pydantic import ValidationError
 
         from ..config import describe
-        _fail(describe(e) if isinstance(e, ValidationError) else str(e))
+        fail(describe(e) if isinstance(e, ValidationError) else str(e))
     progress = RichBenchProgress(console, label=(Path(task).stem if task else "resume"))
     if quiet:
         from ..bench.runner import _Quiet
         progress = _Quiet()
     try:
-        result = _finish(lambda: run_bench(cfg, progress, resume=resume,
-                                           concurrency=concurrency if resume else None, ray=ray),
-                         bad=(DataError, ValueError, FileNotFoundError), failed=(BenchAborted,))
+        result = finish(lambda: run_bench(cfg, progress, resume=resume,
+                                          concurrency=concurrency if resume else None, ray=ray),
+                        bad=(DataError, ValueError, FileNotFoundError), failed=(BenchAborted,))
     finally:
         if hasattr(progress, "close"):
             progress.close()
@@ -182,7 +123,7 @@ def report(
     try:
         out_dir, data = write_report(run_dirs, out, plots=plots, pool=pool)
     except ValueError as e:
-        _fail(str(e))
+        fail(str(e))
     console = make_console()
     for table in rich_tables(data):
         console.print(table)

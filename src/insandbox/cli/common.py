@@ -15,14 +15,14 @@ class BadArgument(Exception):
     """Exit 2 with this one line."""
 
 
-def _fail(message: str, code: int = 2) -> None:
+def fail(message: str, code: int = 2) -> None:
     from .console import escape_controls
 
     typer.echo(f"insandbox: {escape_controls(message)}", err=True)
     raise typer.Exit(code)
 
 
-def _run_until_done(make: Callable[[], Any]) -> tuple[Any, Optional[int]]:
+def run_until_done(make: Callable[[], Any]) -> tuple[Any, Optional[int]]:
     """Run a coroutine; the first Ctrl-C/SIGTERM cancels it (the run cleans up and saves),
     a second one removes this process's sandboxes at once and exits."""
     from ..sandbox import kill_all_now
@@ -53,25 +53,25 @@ def _run_until_done(make: Callable[[], Any]) -> tuple[Any, Optional[int]]:
         loop.close()
 
 
-def _finish(make: Callable[[], Any], bad: tuple[type[BaseException], ...] = (),
-            failed: tuple[type[BaseException], ...] = ()) -> Any:
-    """Run a command's coroutine to its end (`_run_until_done`): its ConfigError and `bad` exceptions
+def finish(make: Callable[[], Any], bad: tuple[type[BaseException], ...] = (),
+           failed: tuple[type[BaseException], ...] = ()) -> Any:
+    """Run a command's coroutine to its end (`run_until_done`): its ConfigError and `bad` exceptions
     exit 2, SandboxError and `failed` ones exit 1, a signal 128+N; else its result."""
     from ..config import ConfigError
     from ..sandbox import SandboxError
 
     try:
-        result, sig = _run_until_done(make)
+        result, sig = run_until_done(make)
     except (ConfigError, *bad) as e:
-        _fail(str(e))
+        fail(str(e))
     except (SandboxError, *failed) as e:
-        _fail(str(e), 1)
+        fail(str(e), 1)
     if sig is not None:
         raise typer.Exit(128 + sig)
     return result
 
 
-def _click_exceptions():
+def click_exceptions():
     """Click's exception classes: typer vendors its own click from 0.2x on, older ones use click."""
     try:
         from typer._click import exceptions
@@ -80,7 +80,7 @@ def _click_exceptions():
     return exceptions
 
 
-def _command_of(argv: list[str]) -> str:
+def command_of(argv: list[str]) -> str:
     """The command as typed, for messages: 'report', 'rl export', 'image status'."""
     words = []
     for arg in argv:
@@ -90,7 +90,7 @@ def _command_of(argv: list[str]) -> str:
     return " ".join(words)
 
 
-def _missing_need(e: BaseException, command: str) -> Optional[str]:
+def missing_need(e: BaseException, command: str) -> Optional[str]:
     """The one line for a failure that is no bug but something this machine lacks: the sandbox engine
     (a SandboxError, also as the cause of another error) or an optional extra; None for anything else."""
     from ..core.extras import MissingExtra, install_hint

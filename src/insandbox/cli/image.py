@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 import typer
 
 from ..core import defaults
-from .common import _fail
+from .common import fail
 
 
 def image_build(
@@ -31,7 +31,7 @@ def image_build(
             info = build_image(tag, base=base, no_cache=no_cache, extra_ca=ca_cert or [],
                                progress=lambda line: status.update(line[:120]))
     except SandboxError as e:
-        _fail(str(e), 1)
+        fail(str(e), 1)
     console.print(f"built [bold]{info.tag}[/bold] on {info.base}: {info.size_bytes / 1e6:,.0f} MB ({info.id[:19]})")
 
 
@@ -52,7 +52,7 @@ def image_build_proxy(
         info = image_info(tag)
         allowed = ", ".join(map(str, allowed_endpoints()))
     except (SandboxError, ValueError) as e:
-        _fail(str(e), 1)
+        fail(str(e), 1)
     console.print(f"built [bold]{info.tag}[/bold]: {info.size_bytes / 1e6:,.0f} MB ({info.id[:19]}); "
                   f"its proxy will let through {allowed}")
 
@@ -64,8 +64,8 @@ def image_status(tag: Annotated[str, typer.Option(help="Image tag to look at.")]
 
     try:
         if not image_exists(tag):
-            _fail(f"{tag} does not exist; build it with `insandbox image build`", 1)
+            fail(f"{tag} does not exist; build it with `insandbox image build`", 1)
         info = image_info(tag)
     except SandboxError as e:  # no engine: one line, like every other command
-        _fail(str(e), 1)
+        fail(str(e), 1)
     typer.echo(f"{info.tag}: {info.size_bytes / 1e6:,.0f} MB ({info.id[:19]})")

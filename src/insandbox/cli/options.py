@@ -1,243 +1,86 @@
-"""Every option of the commands, declared once (run, bench, replay, fork and rl use the same
-declarations), and what turns their values into settings."""
+"""Every option that more than one command takes, declared once in OPTIONS: its type, help, default,
+the RunConfig field it sets and how its value becomes that field's.
+
+    @shared_options(*RUN)                    run and bench: all of them, with run's defaults
+    @shared_options(*GRANTS[1:], unset=True)   replay: the sandbox's, None when not given (as recorded)
+
+appends them to a command's own parameters (so --help lists them after the command's own, in the
+table's order), and the command gets their values as one dict, `shared`. `settings(shared)` turns
+that dict into RunConfig fields by the same table.
+"""
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
+from ..core import defaults
+from ..core.units import format_size, parse_size
 from .common import BadArgument
 
 M, T, S = "Model", "Task limits", "Sandbox"
 
 
-Model = Annotated[Optional[str], typer.Option(
-    help="Model name [env INSANDBOX_MODEL; default: the server's first model].", rich_help_panel=M)]
+def _same(value: Any) -> Any:
+    return value
 
 
-BaseUrl = Annotated[Optional[str], typer.Option(
-    help="The model server, e.g. http://localhost:8000/v1 [env INSANDBOX_BASE_URL; Anthropic: its API by "
-         "default].", rich_help_panel=M)]
+@dataclass(frozen=True)
+class Option:
+    kind: Any  # what typer reads: Annotated[type, typer.Option(...)]
+    default: Any  # run's and bench's
+    field: str  # the RunConfig field it sets
+    read: Callable[[Any], Any] = _same  # a given value -> the field's value (BadArgument when it cannot be)
 
 
-ApiKey = Annotated[Optional[str], typer.Option(
-    help="API key [env INSANDBOX_API_KEY, then OPENAI_API_KEY, or ANTHROPIC_API_KEY with --provider anthropic].",
-    rich_help_panel=M)]
+OPTIONS: dict[str, Option] = {}
 
 
-Provider = Annotated[Optional[str], typer.Option(
-    help="The API: openai (chat completions: vLLM, SGLang, llama.cpp, Ollama, OpenAI) or anthropic (Messages API) "
-         "[default: anthropic for a model named anthropic/..., else openai].", rich_help_panel=M)]
+def _declare(name: str, kind: Any, default: Any, help: str, panel: str, *, flag: Optional[str] = None,
+             field: Optional[str] = None, read: Callable[[Any], Any] = _same) -> None:
+    decls = (flag,) if flag else ()
+    OPTIONS[name] = Option(Annotated[kind, typer.Option(*decls, help=help, rich_help_panel=panel)], default,
+                           field or name, read)
 
 
-ToolFormat = Annotated[str, typer.Option(help="native: tools sent as the API's structured tools; text: their schemas "
-                                              "and the <tool_call> convention go into the system prompt and calls "
-                                              "are read from the reply (any chat model or server).",
-                                         rich_help_panel=M)]
+# ---------------------------------------------------------------------- what a value becomes
+def _one_of(flag: str, *choices: str) -> Callable[[str], str]:
+    def read(value: str) -> str:
+        if value not in choices:
+            raise BadArgument(f"{flag} {value}: use {' or '.join(choices)}")
+        return value
+    return read
 
 
-Stream = Annotated[bool, typer.Option(help="Stream replies: tokens shown as they come, time to first token "
-                                           "recorded.", rich_help_panel=M)]
+def _zero_is_none(value: Any) -> Any:
+    """0 (or '') on the command line: no limit."""
+    return value or None
 
 
-StallTimeout = Annotated[float, typer.Option(help="Seconds a streamed reply may send nothing before the try fails "
-                                                  "(and is retried).", rich_help_panel=M)]
+def _limit_text(value: str) -> Optional[str]:
+    """A size RunConfig checks itself (memory, disk); none or 0: no limit."""
+    return None if value.strip().lower() in ("none", "0", "") else value
 
 
-Logprobs = Annotated[bool, typer.Option(help="Record each sampled token's log probability in the trajectory "
-                                             "(OpenAI-compatible servers).", rich_help_panel=M)]
-
-
-TopLogprobs = Annotated[int, typer.Option(help="With --logprobs: also this many most likely tokens per position.",
-                                          rich_help_panel=M)]
-
-
-ThinkingBudget = Annotated[Optional[int], typer.Option(help="Anthropic: extended thinking with this many tokens "
-                                                            "(at least 1024), interleaved with tool calls.",
-                                                       rich_help_panel=M)]
-
-
-PromptCaching = Annotated[bool, typer.Option(help="Anthropic: mark the stable prefix and the conversation's end for "
-                                                  "prompt caching.", rich_help_panel=M)]
-
-
-Gguf = Annotated[Optional[Path], typer.Option(
-    help="Serve this local GGUF model (the default with no model configured: the embedded SmolLM2-135M).",
-    rich_help_panel=M)]
-
-
-Prices = Annotated[Optional[Path], typer.Option(
-    help="YAML of prices per model laid over the packaged table [env INSANDBOX_PRICES; see the README, 'Cost'].",
-    rich_help_panel=M)]
-
-
-Temperature = Annotated[Optional[float], typer.Option(help="Sampling temperature (default: the server's).",
-                                                      rich_help_panel=M)]
-
-
-MaxTokens = Annotated[Optional[int], typer.Option(help="Completion tokens per model call (default: the server's).",
-                                                  rich_help_panel=M)]
-
-
-ExtraBody = Annotated[Optional[str], typer.Option(
-    help='JSON merged into every request, e.g. \'{"chat_template_kwargs": {"enable_thinking": true}}\'.',
-    rich_help_panel=M)]
-
-
-MaxRetries = Annotated[int, typer.Option(help="Retries of a failed model request (429, 5xx, timeouts, dropped "
-                                              "connections, a body that is not a chat completion).",
-                                         rich_help_panel=M)]
-
-
-RequestTimeout = Annotated[float, typer.Option(help="Seconds one model request may take.", rich_help_panel=M)]
-
-
-SendReasoning = Annotated[bool, typer.Option(help="Send the model's reasoning_content back with its turns "
-                                                  "(for models that expect to see it).", rich_help_panel=M)]
-
-
-ToolChoice = Annotated[str, typer.Option(help="tool_choice sent with the tools: auto, required, none, or omit "
-                                              "(send none).", rich_help_panel=M)]
-
-
-MaxSteps = Annotated[Optional[int], typer.Option(help="Model calls at most (default 100; bench: the task's).",
-                                                 rich_help_panel=T)]
-
-
-TokenBudget = Annotated[Optional[int], typer.Option(help="Stop after this many prompt+completion tokens.",
-                                                    rich_help_panel=T)]
-
-
-TimeLimit = Annotated[Optional[float], typer.Option(help="Stop after this many seconds (sandbox start included).",
-                                                    rich_help_panel=T)]
-
-
-StuckAfter = Annotated[int, typer.Option(help="Stop as `stuck` after the same tool calls with the same results "
-                                              "this many times in a row (0: never).", rich_help_panel=T)]
-
-
-PromptConfig = Annotated[Optional[Path], typer.Option(
-    help="YAML with system_prompt and instance_prompt (bench: overrides the task's keys it sets).",
-    rich_help_panel=T)]
-
-
-Image = Annotated[str, typer.Option(help="Sandbox image (built on first use if it is insandbox:*).",
-                                    rich_help_panel=S)]
-
-
-CommandTimeout = Annotated[float, typer.Option(help="Seconds before a command is killed with everything it started.",
-                                               rich_help_panel=S)]
-
-
-OutputLimit = Annotated[int, typer.Option(help="Characters of a tool's output the model sees (head and tail).",
-                                          rich_help_panel=S)]
-
-
-Memory = Annotated[str, typer.Option(help="Sandbox memory limit, e.g. 512m, 4g ('none': no limit).",
-                                     rich_help_panel=S)]
-
-
-Cpus = Annotated[float, typer.Option(help="Sandbox CPU limit (0: no limit).", rich_help_panel=S)]
-
-
-PidsLimit = Annotated[int, typer.Option(help="Sandbox process limit (0: no limit).", rich_help_panel=S)]
-
-
-Network = Annotated[str, typer.Option(help="Sandbox network: bridge (full egress), none, registries (PyPI and "
-                                           "Debian only, through a proxy), host (warned), or an existing Docker "
-                                           "network.", rich_help_panel=S)]
-
-
-Disk = Annotated[str, typer.Option(help="What a sandbox may write to its disk, e.g. 10g ('none': no limit; see the "
-                                         "README, 'Security and reliability').", rich_help_panel=S)]
-
-
-Runtime = Annotated[Optional[str], typer.Option(help="The engine's container runtime, e.g. runsc for gVisor "
-                                                     "(default: the engine's own).", rich_help_panel=S)]
-
-
-CapAdd = Annotated[Optional[list[str]], typer.Option("--cap-add", help="A capability the sandbox keeps beyond the "
-                                                     "few apt-get and pip need, e.g. SYS_PTRACE (repeatable).",
-                                                     rich_help_panel=S)]
-
-
-EnvVars = Annotated[Optional[list[str]], typer.Option("--env", help="KEY=VALUE set in the sandbox (repeatable).",
-                                                      rich_help_panel=S)]
-
-
-MaxSandboxes = Annotated[Optional[int], typer.Option(
-    help="Live sandboxes at most; more starts wait for one to close. Starts also wait while the host lacks "
-         "memory, pids, open files or bridge ports [env INSANDBOX_MAX_SANDBOXES; default: no cap].",
-    rich_help_panel=S)]
-
-
-CopyFileLimit = Annotated[str, typer.Option(help="Copy-back: files bigger than this stay behind (recorded), e.g. "
-                                                 "512m ('none': no limit).", rich_help_panel=S)]
-
-
-CopyTotalLimit = Annotated[str, typer.Option(help="Copy-back: at most this much in all, e.g. 1g ('none': no limit).",
-                                             rich_help_panel=S)]
-
-
-CopyFilesLimit = Annotated[int, typer.Option(help="Copy-back: at most this many files (0: no limit).",
-                                             rich_help_panel=S)]
-
-
-def _shared_settings(*, provider, tool_format, stream, stall_timeout, logprobs, top_logprobs, thinking_budget,
-                     prompt_caching,
-                     model, base_url, api_key, gguf, prices, temperature, max_tokens, extra_body, max_retries,
-                     request_timeout, send_reasoning, tool_choice, max_steps, token_budget, time_limit, stuck_after,
-                     prompt_config, image, timeout_per_command, output_limit, memory, cpus, pids_limit, network, disk,
-                     runtime, cap_add, env, max_output_file_size, max_output_size, max_output_files,
-                     max_sandboxes) -> dict:
-    """RunConfig fields from the shared options; BadArgument for what typer cannot check."""
-    from ..core.units import parse_size
-
-    if network == "host":
-        _warn_host_network()
-
-    body = _extra_body(extra_body)
-
-    def size(flag: str, value: str) -> Optional[int]:
+def _bytes(flag: str) -> Callable[[str], Optional[int]]:
+    def read(value: str) -> Optional[int]:
         if value.strip().lower() in ("none", ""):
             return None
         try:
             return parse_size(value)
         except ValueError as e:
             raise BadArgument(f"{flag}: {e}") from None
-
-    if provider not in (None, "openai", "anthropic"):
-        raise BadArgument(f"--provider {provider}: use openai or anthropic")
-    if tool_format not in ("native", "text"):
-        raise BadArgument(f"--tool-format {tool_format}: use native or text")
-    out = dict(provider=provider, tool_format=tool_format, stream=stream, stall_timeout=stall_timeout,
-               logprobs=logprobs,
-               top_logprobs=top_logprobs, thinking_budget=thinking_budget, prompt_caching=prompt_caching,
-               model=model, base_url=base_url, api_key=api_key, gguf=gguf, prices=prices,
-               temperature=temperature,
-               max_tokens=max_tokens, extra_body=body, max_retries=max_retries, request_timeout=request_timeout,
-               send_reasoning=send_reasoning, tool_choice=None if tool_choice == "omit" else tool_choice,
-               token_budget=token_budget, time_limit=time_limit, stuck_after=stuck_after or None,
-               prompt_config=prompt_config, image=image, timeout_per_command=timeout_per_command,
-               output_limit=output_limit, memory=None if memory.lower() in ("none", "0", "") else memory,
-               cpus=cpus or None, pids_limit=pids_limit or None, network=network,
-               disk=None if disk.lower() in ("none", "0", "") else disk, runtime=runtime or None,
-               cap_add=list(cap_add or []), env=_parse_env(env or []),
-               output_max_file_bytes=size("--max-output-file-size", max_output_file_size),
-               output_max_bytes=size("--max-output-size", max_output_size),
-               output_max_files=max_output_files or None, max_sandboxes=max_sandboxes)
-    if max_steps is not None:
-        out["max_steps"] = max_steps
-    return out
+    return read
 
 
-SHARED = set(_shared_settings.__code__.co_varnames[:_shared_settings.__code__.co_kwonlyargcount])
-
-
-def _extra_body(text: Optional[str]) -> Optional[dict]:
+def _extra_body(text: str) -> Optional[dict]:
     try:
         body = json.loads(text) if text else None
     except ValueError as e:
@@ -247,49 +90,7 @@ def _extra_body(text: Optional[str]) -> Optional[dict]:
     return body
 
 
-def _warn_host_network() -> None:
-    """Documented, but easy to miss: said every time."""
-    typer.echo("insandbox: warning: --network host gives the sandbox this machine's network: the model's code "
-               "can reach every service listening on localhost here (the model server included) and every "
-               "network this machine can reach", err=True)
-
-
-def _sandbox_given(*, image, network, cap_add, runtime, memory, cpus, pids_limit, disk, max_output_file_size,
-                   max_output_size, max_output_files) -> dict:
-    """The sandbox options replay and fork were given, as RunConfig fields (absent: not given; a value of
-    None: no limit), the same values as for run. Only these grant what a run folder asks beyond the
-    defaults (replay/grants.py). BadArgument or ConfigError for a bad value."""
-    from ..core.units import parse_size
-
-    out = {k: v for k, v in (("image", image), ("network", network), ("cap_add", cap_add)) if v is not None}
-    if runtime is not None:
-        out["runtime"] = runtime or None
-    for key, v in (("memory", memory), ("disk", disk)):
-        if v is not None:
-            out[key] = None if v.strip().lower() in ("none", "0", "") else v
-    for key, v in (("cpus", cpus), ("pids_limit", pids_limit), ("output_max_files", max_output_files)):
-        if v is not None:
-            out[key] = v or None  # 0: no limit
-    for key, flag, v in (("output_max_file_bytes", "--max-output-file-size", max_output_file_size),
-                         ("output_max_bytes", "--max-output-size", max_output_size)):
-        if v is not None:
-            try:
-                out[key] = None if v.strip().lower() in ("none", "") else parse_size(v)
-            except ValueError as e:
-                raise BadArgument(f"{flag}: {e}") from None
-    checked = _validated(out)  # each value as run would check it (capability names normalised)
-    return {k: getattr(checked, k) for k in out}
-
-
-def _show_granted(granted: list[str]) -> None:
-    """Once nothing is refused any more: what the command line gave beyond the defaults."""
-    if "--network host" in granted:
-        _warn_host_network()
-    if granted:
-        typer.echo(f"insandbox: granted from the command line: {', '.join(granted)}", err=True)
-
-
-def _parse_env(items: list[str]) -> dict[str, str]:
+def _env(items: list[str]) -> dict[str, str]:
     env = {}
     for item in items:
         key, sep, value = item.partition("=")
@@ -299,13 +100,146 @@ def _parse_env(items: list[str]) -> dict[str, str]:
     return env
 
 
-def _validated(settings: dict):
+# ---------------------------------------------------------------------- the table, in --help's order
+_declare("model", Optional[str], None, "Model name [env INSANDBOX_MODEL; default: the server's first model].", M)
+_declare("base_url", Optional[str], None, "The model server, e.g. http://localhost:8000/v1 [env INSANDBOX_BASE_URL; "
+         "Anthropic: its API by default].", M)
+_declare("api_key", Optional[str], None, "API key [env INSANDBOX_API_KEY, then OPENAI_API_KEY, or ANTHROPIC_API_KEY "
+         "with --provider anthropic].", M)
+_declare("gguf", Optional[Path], None, "Serve this local GGUF model (the default with no model configured: the "
+         "embedded SmolLM2-135M).", M)
+_declare("prices", Optional[Path], None, "YAML of prices per model laid over the packaged table [env "
+         "INSANDBOX_PRICES; see the README, 'Cost'].", M)
+_declare("provider", Optional[str], None, "The API: openai (chat completions: vLLM, SGLang, llama.cpp, Ollama, OpenAI) "
+         "or anthropic (Messages API) [default: anthropic for a model named anthropic/..., else openai].", M,
+         read=_one_of("--provider", "openai", "anthropic"))
+_declare("tool_format", str, defaults.TOOL_FORMAT, "native: tools sent as the API's structured tools; text: their "
+         "schemas and the <tool_call> convention go into the system prompt and calls are read from the reply (any "
+         "chat model or server).", M, read=_one_of("--tool-format", "native", "text"))
+_declare("stream", bool, False, "Stream replies: tokens shown as they come, time to first token recorded.", M)
+_declare("stall_timeout", float, defaults.STALL_TIMEOUT_S, "Seconds a streamed reply may send nothing before the try "
+         "fails (and is retried).", M)
+_declare("logprobs", bool, False, "Record each sampled token's log probability in the trajectory (OpenAI-compatible "
+         "servers).", M)
+_declare("top_logprobs", int, 0, "With --logprobs: also this many most likely tokens per position.", M)
+_declare("thinking_budget", Optional[int], None, "Anthropic: extended thinking with this many tokens (at least 1024), "
+         "interleaved with tool calls.", M)
+_declare("prompt_caching", bool, True, "Anthropic: mark the stable prefix and the conversation's end for prompt "
+         "caching.", M)
+_declare("temperature", Optional[float], None, "Sampling temperature (default: the server's).", M)
+_declare("max_tokens", Optional[int], None, "Completion tokens per model call (default: the server's).", M)
+_declare("extra_body", Optional[str], None, 'JSON merged into every request, e.g. \'{"chat_template_kwargs": '
+         '{"enable_thinking": true}}\'.', M, read=_extra_body)
+_declare("max_retries", int, defaults.MAX_RETRIES, "Retries of a failed model request (429, 5xx, timeouts, dropped "
+         "connections, a body that is not a chat completion).", M)
+_declare("request_timeout", float, defaults.REQUEST_TIMEOUT_S, "Seconds one model request may take.", M)
+_declare("send_reasoning", bool, False, "Send the model's reasoning_content back with its turns (for models that "
+         "expect to see it).", M)
+_declare("tool_choice", str, defaults.TOOL_CHOICE, "tool_choice sent with the tools: auto, required, none, or omit "
+         "(send none).", M, read=lambda v: None if v == "omit" else v)
+_declare("max_steps", Optional[int], None, f"Model calls at most (default {defaults.MAX_STEPS}; bench: the task's).", T)
+_declare("token_budget", Optional[int], None, "Stop after this many prompt+completion tokens.", T)
+_declare("time_limit", Optional[float], None, "Stop after this many seconds (sandbox start included).", T)
+_declare("stuck_after", int, defaults.STUCK_AFTER, "Stop as `stuck` after the same tool calls with the same results "
+         "this many times in a row (0: never).", T, read=_zero_is_none)
+_declare("prompt_config", Optional[Path], None, "YAML with system_prompt and instance_prompt (bench: overrides the "
+         "task's keys it sets).", T)
+_declare("image", str, defaults.IMAGE, "Sandbox image (built on first use if it is insandbox:*).", S)
+_declare("timeout_per_command", float, defaults.COMMAND_TIMEOUT_S, "Seconds before a command is killed with "
+         "everything it started.", S)
+_declare("output_limit", int, defaults.OUTPUT_LIMIT, "Characters of a tool's output the model sees (head and tail).", S)
+_declare("memory", str, defaults.MEMORY, "Sandbox memory limit, e.g. 512m, 4g ('none': no limit).", S,
+         read=_limit_text)
+_declare("cpus", float, defaults.CPUS, "Sandbox CPU limit (0: no limit).", S, read=_zero_is_none)
+_declare("pids_limit", int, defaults.PIDS, "Sandbox process limit (0: no limit).", S, read=_zero_is_none)
+_declare("network", str, defaults.NETWORK, "Sandbox network: bridge (full egress), none, registries (PyPI and Debian "
+         "only, through a proxy), host (warned), or an existing Docker network.", S)
+_declare("disk", str, defaults.DISK, "What a sandbox may write to its disk, e.g. 10g ('none': no limit; see the "
+         "README, 'Security and reliability').", S, read=_limit_text)
+_declare("runtime", Optional[str], None, "The engine's container runtime, e.g. runsc for gVisor (default: the "
+         "engine's own).", S, read=_zero_is_none)
+_declare("cap_add", Optional[list[str]], None, "A capability the sandbox keeps beyond the few apt-get and pip need, "
+         "e.g. SYS_PTRACE (repeatable).", S, flag="--cap-add", read=list)
+_declare("env", Optional[list[str]], None, "KEY=VALUE set in the sandbox (repeatable).", S, flag="--env", read=_env)
+_declare("max_output_file_size", str, format_size(defaults.COPY_MAX_FILE_BYTES), "Copy-back: files bigger than this "
+         "stay behind (recorded), e.g. 512m ('none': no limit).", S, field="output_max_file_bytes",
+         read=_bytes("--max-output-file-size"))
+_declare("max_output_size", str, format_size(defaults.COPY_MAX_TOTAL_BYTES), "Copy-back: at most this much in all, "
+         "e.g. 1g ('none': no limit).", S, field="output_max_bytes", read=_bytes("--max-output-size"))
+_declare("max_output_files", int, defaults.COPY_MAX_FILES, "Copy-back: at most this many files (0: no limit).", S,
+         field="output_max_files", read=_zero_is_none)
+_declare("max_sandboxes", Optional[int], None, "Live sandboxes at most; more starts wait for one to close. Starts also "
+         "wait while the host lacks memory, pids, open files or bridge ports [env INSANDBOX_MAX_SANDBOXES; default: no "
+         "cap].", S)
+
+RUN = tuple(OPTIONS)  # run and bench take every one
+# what a fork may change of the recorded model and task
+FORK_MODEL = ("model", "base_url", "api_key", "provider", "gguf", "tool_format", "temperature", "max_tokens",
+              "max_steps", "extra_body")
+# the sandbox options that may grant a recorded run more than the defaults (replay/grants.py)
+GRANTS = ("image", "network", "cap_add", "runtime", "memory", "cpus", "pids_limit", "disk", "max_output_file_size",
+          "max_output_size", "max_output_files")
+
+
+def shared_options(*names: str, unset: bool = False, **own: Any) -> Callable:
+    """Append the options `names` to the decorated command's parameters, in this order; the command
+    receives their values as one dict, its keyword argument `shared`. unset: each defaults to None, "not
+    given" (replay and fork: as recorded). own: name=Annotated[...] for a command that words one its own way."""
+    def decorate(command: Callable) -> Callable:
+        signature = inspect.signature(command, eval_str=True)
+        params = [p for name, p in signature.parameters.items() if name != "shared"]
+        params += [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=own.get(name, OPTIONS[name].kind),
+                                     default=None if unset else OPTIONS[name].default) for name in names]
+
+        @functools.wraps(command)
+        def with_shared(*args, **kwargs):
+            return command(*args, shared={name: kwargs.pop(name) for name in names}, **kwargs)
+
+        with_shared.__signature__ = signature.replace(parameters=params)  # what typer reads
+        return with_shared
+    return decorate
+
+
+def settings(shared: dict) -> dict:
+    """RunConfig fields from the options' values: an option left at None is not given (the field keeps
+    its default, or the recorded value); BadArgument for what typer cannot check."""
+    return {OPTIONS[name].field: OPTIONS[name].read(value) for name, value in shared.items() if value is not None}
+
+
+def run_settings(shared: dict) -> dict:
+    """The RunConfig fields of run and bench."""
+    if shared.get("network") == "host":
+        _warn_host_network()
+    return settings(shared)
+
+
+def sandbox_given(shared: dict) -> dict:
+    """The sandbox options replay and fork were given, as RunConfig fields (absent: not given; a value of
+    None: no limit), checked as run checks them (capability names normalised). Only these grant what a
+    run folder asks beyond the defaults (replay/grants.py). BadArgument or ConfigError for a bad value."""
     from ..config import validated
 
-    return validated(settings)
+    given = settings({name: shared[name] for name in GRANTS})
+    checked = validated(given)
+    return {k: getattr(checked, k) for k in given}
 
 
-def _read_query(query: Optional[str], query_file: Optional[Path]) -> str:
+def _warn_host_network() -> None:
+    """Documented, but easy to miss: said every time."""
+    typer.echo("insandbox: warning: --network host gives the sandbox this machine's network: the model's code "
+               "can reach every service listening on localhost here (the model server included) and every "
+               "network this machine can reach", err=True)
+
+
+def show_granted(granted: list[str]) -> None:
+    """Once nothing is refused any more: what the command line gave beyond the defaults."""
+    if "--network host" in granted:
+        _warn_host_network()
+    if granted:
+        typer.echo(f"insandbox: granted from the command line: {', '.join(granted)}", err=True)
+
+
+def read_query(query: Optional[str], query_file: Optional[Path]) -> str:
     if query_file is not None:
         try:
             query = query_file.read_text(encoding="utf-8")

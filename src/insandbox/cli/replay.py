@@ -7,36 +7,11 @@ from typing import Annotated, Optional
 
 import typer
 
-from .common import BadArgument, _fail, _finish
-from .options import (
-    ApiKey,
-    BaseUrl,
-    CapAdd,
-    CopyFileLimit,
-    CopyFilesLimit,
-    CopyTotalLimit,
-    Cpus,
-    Disk,
-    ExtraBody,
-    Gguf,
-    Image,
-    MaxSteps,
-    MaxTokens,
-    Memory,
-    Model,
-    Network,
-    PidsLimit,
-    Provider,
-    Runtime,
-    S,
-    Temperature,
-    _extra_body,
-    _read_query,
-    _sandbox_given,
-    _show_granted,
-)
+from .common import BadArgument, fail, finish
+from .options import FORK_MODEL, GRANTS, S, read_query, sandbox_given, settings, shared_options, show_granted
 
 
+@shared_options(*GRANTS[1:], unset=True)  # --image: replay words it its own way, before --quiet
 def replay(
     run_dir: Annotated[Path, typer.Argument(help="A run folder, or a benchmark sample's samples/<mode>/<id>/r<k>.")],
     until: Annotated[Optional[int], typer.Option(help="Replay steps 1..K only.")] = None,
@@ -50,9 +25,7 @@ def replay(
     image: Annotated[Optional[str], typer.Option(help="Replay in this image instead of the recorded one.",
                                                  rich_help_panel=S)] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the summary line.")] = False,
-    network: Network = None, cap_add: CapAdd = None, runtime: Runtime = None, memory: Memory = None,
-    cpus: Cpus = None, pids_limit: PidsLimit = None, disk: Disk = None, max_output_file_size: CopyFileLimit = None,
-    max_output_size: CopyTotalLimit = None, max_output_files: CopyFilesLimit = None,
+    *, shared: dict,  # the sandbox options of GRANTS (options.py), None when not given
 ) -> None:
     """Run a recorded trajectory's tool calls again in a fresh sandbox and report, call by call, where the
     observations differ. The sandbox options replace the recorded settings; a recorded setting beyond
@@ -68,16 +41,13 @@ def replay(
     from .console import make_console
 
     if until is not None and until < 1:
-        _fail("--until: give a step number from 1")
+        fail("--until: give a step number from 1")
     try:
-        given = _sandbox_given(image=image, network=network, cap_add=cap_add, runtime=runtime, memory=memory,
-                               cpus=cpus, pids_limit=pids_limit, disk=disk, max_output_file_size=max_output_file_size,
-                               max_output_size=max_output_size, max_output_files=max_output_files)
-        recorded = load_recorded(run_dir, given=given)
+        recorded = load_recorded(run_dir, given=sandbox_given({**shared, "image": image}))
         replayer = Replayer(recorded, ignore or [], input_dir)
     except (BadArgument, ConfigError, ReplayError, InputsMissing, UnsafeRunFolder) as e:
-        _fail(str(e))
-    _show_granted(recorded.granted)
+        fail(str(e))
+    show_granted(recorded.granted)
 
     async def go():
         await prepare_sandbox(recorded.settings)
@@ -86,7 +56,7 @@ def replay(
         finally:
             await replayer.close()
 
-    report = _finish(go)
+    report = finish(go)
     console = make_console()
     if quiet:
         first = report.first_divergence
@@ -101,6 +71,8 @@ def replay(
         raise typer.Exit(1)
 
 
+@shared_options(*FORK_MODEL, *GRANTS, unset=True, tool_format=Annotated[Optional[str], typer.Option(
+    help="native or text (default: as recorded).")])
 def fork(
     run_dir: Annotated[Path, typer.Argument(help="A run folder, or a benchmark sample's samples/<mode>/<id>/r<k>.")],
     step: Annotated[int, typer.Option(help="Fork after this step (0: before the first).")],
@@ -116,15 +88,7 @@ def fork(
                                                            "recorded ones.")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No line per branch step.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print a JSON summary on stdout.")] = False,
-    model: Model = None, base_url: BaseUrl = None, api_key: ApiKey = None, provider: Provider = None,
-    gguf: Gguf = None, tool_format: Annotated[Optional[str], typer.Option(help="native or text (default: as "
-                                                                               "recorded).")] = None,
-    temperature: Temperature = None, max_tokens: MaxTokens = None, max_steps: MaxSteps = None,
-    extra_body: ExtraBody = None,
-    image: Image = None, network: Network = None, cap_add: CapAdd = None, runtime: Runtime = None,
-    memory: Memory = None, cpus: Cpus = None, pids_limit: PidsLimit = None, disk: Disk = None,
-    max_output_file_size: CopyFileLimit = None, max_output_size: CopyTotalLimit = None,
-    max_output_files: CopyFilesLimit = None,
+    *, shared: dict,  # the options of FORK_MODEL and GRANTS (options.py), None when not given
 ) -> None:
     """Replay a run's steps 1..K, snapshot the sandbox, and let N branches continue the conversation from
     there with the given model or prompt, each in its own sandbox and run folder. The recorded model server
@@ -138,23 +102,14 @@ def fork(
     from ..runs.safe_files import UnsafeRunFolder
     from .console import make_console, shown
 
-    if tool_format not in (None, "native", "text"):
-        _fail(f"--tool-format {tool_format}: use native or text")
-    if provider not in (None, "openai", "anthropic"):
-        _fail(f"--provider {provider}: use openai or anthropic")
     query = None
     try:
-        body = _extra_body(extra_body)
+        overrides = {name: None for name in FORK_MODEL} | settings({name: shared[name] for name in FORK_MODEL})
         if query_file is not None:
-            query = _read_query(None, query_file)
-        given = _sandbox_given(image=image, network=network, cap_add=cap_add, runtime=runtime, memory=memory,
-                               cpus=cpus, pids_limit=pids_limit, disk=disk, max_output_file_size=max_output_file_size,
-                               max_output_size=max_output_size, max_output_files=max_output_files)
+            query = read_query(None, query_file)
+        given = sandbox_given(shared)
     except (BadArgument, ConfigError) as e:
-        _fail(str(e))
-    overrides = dict(model=model, base_url=base_url, api_key=api_key, provider=provider, gguf=gguf,
-                     tool_format=tool_format, temperature=temperature, max_tokens=max_tokens, max_steps=max_steps,
-                     extra_body=body)
+        fail(str(e))
     console = make_console(stderr=json_out)
 
     def on_step(i: int, s) -> None:
@@ -162,10 +117,10 @@ def fork(
             calls = ", ".join(c.name for c in s.tool_calls) or "no call"
             console.print(f"branch {i} step {s.index}: {shown(calls)}")
 
-    result = _finish(lambda: fork_run(run_dir, step, n, overrides, prompt_append=prompt_append, query=query,
-                                      output_dir=output_dir, ignore=tuple(ignore or ()), input_dir=input_dir,
-                                      sandbox=given, on_granted=_show_granted, on_step=on_step),
-                     bad=(ReplayError, InputsMissing, UnsafeRunFolder))
+    result = finish(lambda: fork_run(run_dir, step, n, overrides, prompt_append=prompt_append, query=query,
+                                     output_dir=output_dir, ignore=tuple(ignore or ()), input_dir=input_dir,
+                                     sandbox=given, on_granted=show_granted, on_step=on_step),
+                    bad=(ReplayError, InputsMissing, UnsafeRunFolder))
     _print_fork(result, console, json_out)
     if any(b.exit_reason is None or b.exit_reason.is_failure for b in result.branches):
         raise typer.Exit(1)

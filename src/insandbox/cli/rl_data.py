@@ -71,7 +71,7 @@ def build_data(
     from ..rl.data.output import HELDOUT, OUTPUTS, existing_outputs, write
     from ..rl.data.settings import Settings
     from ..rl.data.sources import SourceError
-    from .common import _fail
+    from .common import fail
 
     started = time.monotonic()
     folders, skipped_files = _source_folders(list(sources) + list(more_sources or []))
@@ -81,30 +81,30 @@ def build_data(
                             max_doc_chars=max_doc_chars, max_answer_words=max_answer_words, merge_share=merge_share,
                             heldout=heldout)
     except ValueError as e:
-        _fail(str(e))
+        fail(str(e))
     if not folders:
-        _fail("--sources: no source folders given")
+        fail("--sources: no source folders given")
     if out.exists() and not out.is_dir():
-        _fail(f"--out {out} is a file, not a folder")
+        fail(f"--out {out} is a file, not a folder")
     there = existing_outputs(out) if out.is_dir() else []
     if there and not force:
-        _fail(f"--out {out} already holds {', '.join(there)}; pass --force to replace them")
+        fail(f"--out {out} already holds {', '.join(there)}; pass --force to replace them")
     if importlib.util.find_spec("datasets") is None:
-        _fail("writing the dataset needs `datasets`: pip install 'insandbox[rl]'", 1)
+        fail("writing the dataset needs `datasets`: pip install 'insandbox[rl]'", 1)
     for f in skipped_files:
         typer.echo(f"insandbox: skipping {f}: not a folder", err=True)
 
     try:
         result = build(folders, settings)
     except SourceError as e:
-        _fail(str(e))
+        fail(str(e))
     if not result.rows:
-        _fail(f"no tasks: nothing in {', '.join(s.name for s in result.sources)} fits --qa-types "
-              f"{','.join(settings.qa_types)} and the other options")
+        fail(f"no tasks: nothing in {', '.join(s.name for s in result.sources)} fits --qa-types "
+             f"{','.join(settings.qa_types)} and the other options")
     try:
         record = write(result, out)
     except OSError as e:
-        _fail(f"cannot write to {out}: {e.strerror or e}", 1)
+        fail(f"cannot write to {out}: {e.strerror or e}", 1)
 
     counts = record["counts"]
     typer.echo(f"wrote {counts['tasks']} tasks to {out} ({', '.join(OUTPUTS)}) in {time.monotonic() - started:.1f} s")

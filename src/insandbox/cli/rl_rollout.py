@@ -36,6 +36,8 @@ def rollout(
     top_p: Annotated[float, typer.Option(help="Nucleus sampling.")] = 1.0,
     timeout: Annotated[float, typer.Option(help="Seconds a whole rollout may take.")] = 900.0,
     image: Annotated[str, typer.Option(help="Sandbox image.")] = defaults.IMAGE,
+    scoring: Annotated[str, typer.Option(help="Reward scoring: strict, or paper (the official LLM-in-Sandbox-RL "
+                                               "reward, which pays for hedging).")] = "strict",
     multi_choice: Annotated[str, typer.Option(help="Multi-choice reward: exact (the set) or f1.")] = "exact",
     open_answer: Annotated[str, typer.Option("--open", help="Open-answer reward: exact or f1.")] = "exact",
     seed: Annotated[int, typer.Option(help="Sampler seed.")] = 0,
@@ -45,27 +47,27 @@ def rollout(
     """Run token-level rollouts of task rows in sandboxes and write one record per rollout."""
     from ..rl.rewards import RewardConfig
     from ..rl.rollout.runner import RolloutConfig
-    from .common import _fail, _run_until_done
+    from .common import fail, run_until_done
 
     if not data.is_file():
-        _fail(f"--data {data}: no such file")
+        fail(f"--data {data}: no such file")
     try:
         rows = [json.loads(line) for line in data.read_text(encoding="utf-8").splitlines() if line.strip()]
     except ValueError as e:
-        _fail(f"--data {data}: not JSONL ({e})")
+        fail(f"--data {data}: not JSONL ({e})")
     rows = rows[:limit] if limit else rows
     if not rows:
-        _fail(f"--data {data}: no rows")
+        fail(f"--data {data}: no rows")
     try:
         config = RolloutConfig(max_turns=max_turns, max_response_tokens=max_response_tokens,
                                max_tokens_per_turn=max_tokens_per_turn, temperature=temperature, top_p=top_p,
                                timeout_s=timeout, image=image)
-        reward = RewardConfig(multi_choice=multi_choice, open=open_answer)
+        reward = RewardConfig(scoring=scoring, multi_choice=multi_choice, open=open_answer)
     except ValueError as e:
         from pydantic import ValidationError
 
         from ..config import describe
-        _fail(describe(e) if isinstance(e, ValidationError) else str(e))
+        fail(describe(e) if isinstance(e, ValidationError) else str(e))
     if ray:
         from ..config import ConfigError
         from ..distributed.cluster import connect
@@ -73,9 +75,9 @@ def rollout(
         try:
             connect(ray)  # before anything is loaded: a wrong address is one line at once
         except ConfigError as e:
-            _fail(str(e))
-    result, sig = _run_until_done(lambda: run_rollouts(rows, out, config, reward, n, concurrency, model, gguf, seed,
-                                                       ray=ray))
+            fail(str(e))
+    result, sig = run_until_done(lambda: run_rollouts(rows, out, config, reward, n, concurrency, model, gguf, seed,
+                                                      ray=ray))
     if sig is not None:
         raise typer.Exit(128 + sig)
     typer.echo(json.dumps(result["summary"], indent=1))

@@ -34,12 +34,12 @@ def train(
 ) -> None:
     """Train a policy with GRPO (TRL) on context tasks, its rollouts in real sandboxes."""
     from ..rl.trainers.config import ConfigError, load_config, preset_names
-    from .common import _fail
+    from .common import fail
 
     if config is None and preset is None:
-        _fail(f"give a CONFIG.yaml or --preset NAME ({', '.join(preset_names())})")
+        fail(f"give a CONFIG.yaml or --preset NAME ({', '.join(preset_names())})")
     if config is not None and not config.is_file():
-        _fail(f"{config}: no such config file")
+        fail(f"{config}: no such config file")
     overrides = {"preset": preset, "out": _text(out), "data": _text(data), "model": model, "limit": limit,
                  "concurrency": concurrency}
     if max_steps is not None:
@@ -47,7 +47,7 @@ def train(
     try:
         settings = load_config(config, overrides)
     except ConfigError as e:
-        _fail(f"{config or 'preset ' + str(preset)}: {e}")
+        fail(f"{config or 'preset ' + str(preset)}: {e}")
     _train(settings)
 
 
@@ -60,14 +60,14 @@ def _train(settings) -> None:
     from ..rl.trainers.config import ConfigError
     from ..rl.trainers.trl_train import train as run_training
     from ..sandbox import SandboxError, kill_all_now
-    from .common import _fail
+    from .common import fail
 
     try:
         run_training(settings, echo=typer.echo)
     except (ConfigError, RunConfigError) as e:
-        _fail(str(e))
+        fail(str(e))
     except SandboxError as e:
-        _fail(f"sandbox: {e}", code=1)
+        fail(f"sandbox: {e}", code=1)
     except KeyboardInterrupt:
         kill_all_now()  # rollouts in flight remove their sandboxes as they unwind; this catches the rest
         typer.echo("\ninsandbox: interrupted; checkpoints saved so far are kept", err=True)
@@ -87,18 +87,18 @@ def export(
 ) -> None:
     """Export a trained checkpoint to GGUF (for the embedded server and `insandbox bench --gguf`)."""
     from ..rl.trainers.export import OUTTYPES, ExportError, compare_greedy, export_gguf
-    from .common import _fail
+    from .common import fail
 
     if not (checkpoint / "config.json").is_file():
-        _fail(f"{checkpoint}: not a transformers checkpoint (no config.json)")
+        fail(f"{checkpoint}: not a transformers checkpoint (no config.json)")
     if outtype not in OUTTYPES:
-        _fail(f"--outtype {outtype}: one of {', '.join(OUTTYPES)}")
+        fail(f"--outtype {outtype}: one of {', '.join(OUTTYPES)}")
     if converter is not None and not converter.is_file():
-        _fail(f"--converter {converter}: no such file")
+        fail(f"--converter {converter}: no such file")
     try:
         path = export_gguf(checkpoint, out, outtype, converter)
     except ExportError as e:
-        _fail(str(e), code=1)
+        fail(str(e), code=1)
     typer.echo(f"[export] {path} ({path.stat().st_size / 2**20:.0f} MiB, {outtype})")
     if check:
         found = compare_greedy(checkpoint, path)

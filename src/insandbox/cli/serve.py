@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .common import _fail
+from .common import fail
 
 
 def serve_model(
@@ -25,7 +25,7 @@ def serve_model(
     try:
         serve(gguf, host=host, port=port, n_ctx=n_ctx)
     except LocalModelMissing as e:
-        _fail(str(e))
+        fail(str(e))
     except KeyboardInterrupt:
         pass
 

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from .common import _fail
+from .common import fail
 
 
 def view(
@@ -20,9 +20,9 @@ def view(
     from ..viewer.app import CannotListen, is_loopback, serve
 
     if not path.is_dir():
-        _fail(f"{path} is not a folder (give a run folder, a benchmark folder, or a folder of them)")
+        fail(f"{path} is not a folder (give a run folder, a benchmark folder, or a folder of them)")
     if not 0 <= port <= 65535:
-        _fail(f"--port {port}: give a port from 0 to 65535")
+        fail(f"--port {port}: give a port from 0 to 65535")
     if not is_loopback(host):
         typer.echo(f"insandbox: warning: listening on {host}: anyone who can reach this address can read every run "
                    f"and file under {path}", err=True)
@@ -30,6 +30,6 @@ def view(
         serve(path, host=host, port=port, open_browser=open_browser,
               on_ready=lambda url: typer.echo(f"insandbox view: {url} (showing {path.resolve()}; Ctrl-C to stop)"))
     except CannotListen as e:
-        _fail(str(e))
+        fail(str(e))
     except KeyboardInterrupt:
         pass

@@ -15,6 +15,12 @@ COMMAND_TIMEOUT_S = 120.0  # a command running longer is killed with everything 
 OUTPUT_LIMIT = 16000  # characters of one tool output the model sees (head and tail)
 MAX_STEPS = 100
 STUCK_AFTER = 5  # identical steps in a row that end an episode as `stuck`
+# the model client
+MAX_RETRIES = 5  # of one failed model request
+REQUEST_TIMEOUT_S = 600.0  # one model request
+STALL_TIMEOUT_S = 120.0  # a streamed reply silent this long has stalled
+TOOL_CHOICE = "auto"  # sent whenever tools are offered
+TOOL_FORMAT = "native"  # tools as the API's structured tools (text: in the system prompt)
 # copy-back of the output folder
 COPY_MAX_FILE_BYTES = 512 * 1024 ** 2
 COPY_MAX_TOTAL_BYTES = 1024 ** 3

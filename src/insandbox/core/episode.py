@@ -17,6 +17,8 @@ from enum import Enum
 from pathlib import Path
 from typing import Optional
 
+from . import defaults
+
 
 class ExitReason(str, Enum):
     """Why an episode ended. The values are what trajectory.json and results.jsonl hold."""
@@ -51,10 +53,11 @@ class ExitReason(str, Enum):
 
 @dataclass
 class Limits:
-    max_steps: int = 100  # model turns
+    max_steps: int = defaults.MAX_STEPS  # model turns
     token_budget: Optional[int] = None  # prompt + completion tokens over the episode
     time_limit: Optional[float] = None  # seconds of wall time, sandbox start included
-    stuck_after: Optional[int] = 5  # this many identical steps in a row (same calls, same results); None: off
+    # this many identical steps in a row (same calls, same results); None: off
+    stuck_after: Optional[int] = defaults.STUCK_AFTER
 
 
 class Episode:

@@ -4,7 +4,7 @@ The driver (the machine that ran `insandbox bench`) keeps everything that is the
 rows, the gate of `--concurrency` samples in flight (in all), the results store and the summary.
 Each node has one worker (a `BenchNode` actor, cluster.py) with its own model client, its own
 sandbox engine (prepared, i.e. the image built if missing, on its first sample) and a scratch run
-folder on its own disk. A sample runs there exactly as it runs locally (`BenchRun._run_sample`:
+folder on its own disk. A sample runs there exactly as it runs locally (bench.sample.SampleRunner:
 retries, engine outages, scoring); its folder (trajectory.json, files/, answer.txt) then comes
 back packed with the record, is unpacked into the driver's run folder, and only then is the
 record appended, as each sample finishes. `--resume` therefore works as it always did, with or
@@ -25,10 +25,12 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..bench.data import Row
-from ..bench.runner import BenchAborted, BenchConfig, BenchRun, EngineOutage, safe_name
+from ..bench.runner import BenchAborted, BenchConfig, BenchRun, open_sample_runner
+from ..bench.sample import SampleRecord, SampleRunner
 from ..config import ConfigError
 from ..core.redact import redact
 from ..core.units import is_loopback
+from ..runs import layout
 from .cluster import NodePool, NoNodesLeft, connect, disconnect
 
 
@@ -53,34 +55,30 @@ def unpack(data: bytes, folder: Path) -> None:
                 tar.extractall(folder)  # packed by our own node, from a folder it wrote
 
 
-def sample_folder(row_id: str, mode: str, repeat: int) -> Path:
-    """The sample's folder inside a run folder, as BenchRun._run_sample names it."""
-    return Path("samples") / mode / safe_name(row_id) / f"r{repeat}"
-
-
 class BenchNode:
-    """The worker on one node: runs samples of one benchmark run, many at once (an async actor)."""
+    """The worker on one node: runs samples of one benchmark run, many at once (an async actor), through
+    a SampleRunner of its own whose folders go in a scratch folder on this node."""
 
-    def __init__(self, cfg: BenchConfig, task, prompts, max_steps: Optional[int], prices,
-                 judge_prompt: Optional[str]):
+    def __init__(self, cfg: BenchConfig, task, prompts, max_steps: int, prices, judge_prompt: Optional[str]):
         self.scratch = Path(tempfile.mkdtemp(prefix="insandbox-ray-"))
         if judge_prompt is not None:  # the driver's file, as text: written here for the scorer to read
             path = self.scratch / "judge_prompt.txt"
             path.write_text(judge_prompt, encoding="utf-8")
             cfg = cfg.model_copy(update={"judge_prompt": path})
-        self.bench = BenchRun(cfg, run_dir=self.scratch / "run", task=task, prompts=prompts)
-        self.bench.max_steps = max_steps  # the driver's (the task's, or --max-steps)
-        self.bench._prices = prices  # the driver's price table: a --prices file is on its machine
+        # the driver's task, prompts, step limit (the task's, or --max-steps) and price table (a --prices
+        # file is on the driver's machine)
+        self.cfg, self.task, self.prompts, self.max_steps, self.prices = cfg, task, prompts, max_steps, prices
+        self.run_dir = self.scratch / "run"
+        self.samples: Optional[SampleRunner] = None
         self._ready: Optional[asyncio.Future] = None
         self._running: set[asyncio.Task] = set()  # samples in flight, cancelled by `close`
 
     async def _prepare(self) -> None:
-        from ..runs.session import prepare_sandbox
-
-        if "sandbox" in self.bench.modes:
-            await prepare_sandbox(self.bench.cfg.run)  # the image is built here on first use
-            self.bench.pool = self.bench._make_pool(prestart=False)  # this node's own, recycling on its own engine
-        await self.bench._open_clients()
+        # the image is built here on first use; the pool is this node's own, recycling on its own engine,
+        # and starts sandboxes only when a sample asks (this node does not know how many will come)
+        self.samples = await open_sample_runner(self.cfg, self.task, self.prompts, self.run_dir,
+                                                max_steps=self.max_steps, prices=self.prices,
+                                                sandbox=self.cfg.mode in ("sandbox", "both"), prestart=False)
 
     async def run_sample(self, row: Row, repeat: int, mode: str, cut_off: bool) -> dict[str, Any]:
         task = asyncio.current_task()
@@ -98,27 +96,22 @@ class BenchNode:
         except Exception:
             self._ready = None  # the next sample tries again (the error reaches the driver now)
             raise
-        folder = self.bench.run_dir / sample_folder(row.id, mode, repeat)
-        if cut_off:  # an earlier session cut this sample off: _run_sample counts that attempt
-            folder.mkdir(parents=True, exist_ok=True)
+        folder = self.run_dir / layout.sample_dir(row.id, mode, repeat)
         try:
-            record = await self.bench._run_sample(row, repeat, mode)
+            record = await self.samples.run(row, repeat, mode, cut_off)
             files = await asyncio.to_thread(pack, folder)
         finally:
             shutil.rmtree(folder, ignore_errors=True)
-        stop = self.bench._stop
-        return {"record": record, "files": files,
-                "stop": None if stop is None else [type(stop).__name__, str(stop)]}
+        return {"record": record, "files": files}
 
     async def close(self) -> None:
         """The run is over (or stopped): samples still running here are cancelled (their sandboxes
-        removed, as on Ctrl-C), then the clients closed and the scratch folder removed."""
+        removed, as on Ctrl-C), then the session and the clients closed and the scratch folder removed."""
         for task in self._running:
             task.cancel()
         await asyncio.gather(*self._running, return_exceptions=True)
-        self.bench.engine.close()
-        await self.bench._close_pool()
-        await self.bench._close_clients()
+        if self.samples is not None:
+            await self.samples.close()
         shutil.rmtree(self.scratch, ignore_errors=True)
 
 
@@ -135,11 +128,11 @@ class RayBenchExecutor:
 
     async def start(self, bench: BenchRun) -> None:
         run = bench.cfg.run.with_environment()  # the driver's environment (key, URL), not each node's
-        if not run.model and bench.client is not None:
-            run = run.model_copy(update={"model": bench.client.name})  # the one the driver's server listed
+        if not run.model and bench.model:
+            run = run.model_copy(update={"model": bench.model})  # the one the driver's server listed
         cfg = bench.cfg.model_copy(update={"run": run})
         judge = bench.cfg.judge_prompt.read_text(encoding="utf-8") if bench.cfg.judge_prompt else None
-        self.pool = NodePool(BenchNode, (cfg, bench.task, bench.prompts, bench.max_steps, bench._prices, judge),
+        self.pool = NodePool(BenchNode, (cfg, bench.task, bench.prompts, bench.max_steps, bench.prices, judge),
                              max_concurrency=bench.cfg.concurrency + 1, on_status=bench.progress.on_status)
         if not self.pool.ready():
             raise ConfigError(f"--ray {self.address}: the cluster has no alive node")
@@ -148,24 +141,20 @@ class RayBenchExecutor:
             bench.progress.on_status(f"warning: the model server {redact(run.base_url)} is on this machine's loopback: "
                                      "nodes on other machines cannot reach it (give an address they can)")
 
-    async def run(self, bench: BenchRun, row: Row, repeat: int, mode: str) -> dict:
-        rel = sample_folder(row.id, mode, repeat)
-        cut_off = (row.id, mode, repeat) not in bench._recorded and (bench.run_dir / rel).is_dir()
+    async def run(self, bench: BenchRun, row: Row, repeat: int, mode: str, cut_off: bool) -> SampleRecord:
         try:
             out, node, lost = await self.pool.call("run_sample", row, repeat, mode, cut_off)
         except NoNodesLeft as e:
             raise BenchAborted(f"{e}. Every sample recorded so far is kept; finish the run with: insandbox bench "
                                f"--resume {bench.run_dir} --ray {self.address} (or without --ray, here)") from e
-        record = out["record"]
+        record: SampleRecord = out["record"]
         try:
-            await asyncio.to_thread(unpack, out["files"], bench.run_dir / rel)
+            await asyncio.to_thread(unpack, out["files"], bench.run_dir / layout.sample_dir(row.id, mode, repeat))
         except OSError as e:  # the driver's run folder takes nothing more: stop as a local run does
-            raise bench._unwritable(e) from e
-        record.update(node=node.id[:12], node_address=node.address)
-        if lost:
-            record["lost_nodes"] = lost
-        if out["stop"] is not None and bench._stop is None:  # the node's engine did not come back
-            bench._stop = EngineOutage(f"on Ray node {node.address}: {out['stop'][1]}")
+            raise bench.unwritable(e) from e
+        record.node, record.node_address, record.lost_nodes = node.id[:12], node.address, lost
+        if record.engine_gone is not None:  # the node's engine did not come back
+            record.engine_gone = f"on Ray node {node.address}: {record.engine_gone}"
         return record
 
     async def close(self) -> None:

@@ -31,6 +31,7 @@ import json
 import time
 from typing import Any, Optional
 
+from ..core import defaults
 from ..core.units import is_loopback
 from ..tools.base import ToolCall
 from .base import ContextLengthError, ModelError, ModelReply, Usage, refuse_cut_calls
@@ -167,11 +168,12 @@ def to_tools(tools: Optional[list[dict]]) -> Optional[list[dict]]:
 class AnthropicClient(SDKClient):
     def __init__(self, model: str, base_url: Optional[str] = None, api_key: Optional[str] = None,
                  temperature: Optional[float] = None, max_tokens: Optional[int] = None,
-                 extra_body: Optional[dict] = None, timeout: float = 600.0, max_retries: int = 5,
-                 tool_choice: Optional[str] = "auto", thinking_budget: Optional[int] = None,
+                 extra_body: Optional[dict] = None, timeout: float = defaults.REQUEST_TIMEOUT_S,
+                 max_retries: int = defaults.MAX_RETRIES, tool_choice: Optional[str] = defaults.TOOL_CHOICE,
+                 thinking_budget: Optional[int] = None,
                  prompt_caching: bool = True, stream: bool = False, stall_timeout: float = STALL_TIMEOUT_S,
                  backoff: tuple[float, float] = BACKOFF_S, max_retry_after: float = MAX_RETRY_AFTER_S,
-                 tool_format: str = "native"):
+                 tool_format: str = defaults.TOOL_FORMAT):
         self.name = model
         self.base_url = api_root(base_url)
         self.api_key = api_key

@@ -34,6 +34,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Optional
 
+from ..core import defaults
 from ..core.units import is_loopback
 from ..tools.base import ToolCall
 from .base import ContextLengthError, ModelError, ModelReply, Usage, refuse_cut_calls
@@ -65,7 +66,7 @@ LOGPROBS_REFUSED = re.compile(r"logprobs?\b.{0,60}\b(?:not supported|unsupported
                              r"(?:not supported|unsupported)\b.{0,40}\blogprobs", re.I | re.S)
 MIN_MAX_TOKENS = 16
 MAX_SHRINKS = 4
-STALL_TIMEOUT_S = 120.0  # a stream silent this long has stalled
+STALL_TIMEOUT_S = defaults.STALL_TIMEOUT_S  # a stream silent this long has stalled
 DeltaHook = Callable[[str, str], None]  # (kind: "content" | "reasoning", text)
 
 
@@ -92,12 +93,13 @@ def shrink_max_tokens(message: str, current: Optional[int]) -> Optional[int]:
 class OpenAIChatClient(SDKClient):
     def __init__(self, model: str, base_url: Optional[str] = None, api_key: Optional[str] = None,
                  temperature: Optional[float] = None, max_tokens: Optional[int] = None,
-                 extra_body: Optional[dict] = None, timeout: float = 600.0, max_retries: int = 5,
-                 send_reasoning: bool = False, extra_params: Optional[dict] = None,
-                 tool_choice: Optional[str] = "auto", backoff: tuple[float, float] = BACKOFF_S,
+                 extra_body: Optional[dict] = None, timeout: float = defaults.REQUEST_TIMEOUT_S,
+                 max_retries: int = defaults.MAX_RETRIES, send_reasoning: bool = False,
+                 extra_params: Optional[dict] = None,
+                 tool_choice: Optional[str] = defaults.TOOL_CHOICE, backoff: tuple[float, float] = BACKOFF_S,
                  max_retry_after: float = MAX_RETRY_AFTER_S, stream: bool = False,
                  stall_timeout: float = STALL_TIMEOUT_S, logprobs: bool = False, top_logprobs: int = 0,
-                 tool_format: str = "native"):
+                 tool_format: str = defaults.TOOL_FORMAT):
         self.name = model
         self.base_url = base_url
         self.api_key = api_key

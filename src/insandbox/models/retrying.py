@@ -342,6 +342,24 @@ def broken_stream(e: BaseException, base_url: Optional[str]) -> Optional[Failure
     return None if broken is None else network_failure(broken, base_url)
 
 
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def encodable(value):
+    """The conversation with every lone surrogate (valid JSON from a server, "\\ud800", but no character:
+    the SDK's JSON encoder refuses it) replaced by U+FFFD; everything else as it is, the same objects
+    where nothing changed."""
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value) if _SURROGATE.search(value) else value
+    if isinstance(value, list):
+        out = [encodable(v) for v in value]
+        return value if all(a is b for a, b in zip(out, value)) else out
+    if isinstance(value, dict):
+        out = {k: encodable(v) for k, v in value.items()}
+        return value if all(out[k] is value[k] for k in value) else out
+    return value
+
 class SDKClient:
     """What the HTTP clients share around their SDK: the SDK client made on first use (its import
     runs on a thread, so an event loop busy starting a sandbox is not blocked, and before the
@@ -389,6 +407,7 @@ class SDKClient:
         # the SDK is imported (seconds, the first time) before the clock starts: a step's model
         # time is the request's, not insandbox's own start-up
         await self._ready_sdk()
+        messages = encodable(messages)
         t0 = time.perf_counter()
         try:
             reply = await self._complete(messages, tools, t0)

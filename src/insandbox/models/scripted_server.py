@@ -75,6 +75,9 @@ from .http_json import JSONHandler, QuietThreadingServer
 
 ScriptLike = Union[dict, list, str, Path]
 
+# JSON text to bytes: a lone surrogate a script holds goes out as its JSON escape (\ud800), as a server's would
+_JSON_BYTES = ("utf-8", "backslashreplace")
+
 
 def load_script(source: ScriptLike) -> list[dict]:
     """One script or a list of scripts, from a dict/list or a JSON/YAML file."""
@@ -246,7 +249,7 @@ class _Handler(JSONHandler):
         fault = state.fault_for(script, turn, conv, index, n)
         if fault and "stall" not in fault[0]:
             return self.play_fault(*fault, record, lambda: json.dumps(render(req, script, turn, messages, t_recv),
-                                                                      ensure_ascii=False).encode())
+                                                                      ensure_ascii=False).encode(*_JSON_BYTES))
         prompt_tokens = max(1, len(json.dumps([req.get("system"), messages] if anthropic else messages)) // 4)
         window = script.get("context_window")
         want = req.get("max_tokens") or req.get("max_completion_tokens") or 0
@@ -268,7 +271,7 @@ class _Handler(JSONHandler):
             self.send_stream(events, float(turn.get("token_latency", script.get("token_latency", 0))),
                              fault[0].get("stall") if fault else None)
         else:
-            self.send_raw(200, json.dumps(body, ensure_ascii=False).encode(), "application/json")
+            self.send_raw(200, json.dumps(body, ensure_ascii=False).encode(*_JSON_BYTES), "application/json")
         record["t_sent"] = time.time()
 
     def send_stream(self, events: Iterator[tuple[Optional[str], Any]], gap: float, stall: Optional[int]) -> None:
@@ -285,7 +288,7 @@ class _Handler(JSONHandler):
                     self.server.state.stopping.wait()
                     return
                 text = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
-                self.wfile.write(((f"event: {name}\n" if name else "") + f"data: {text}\n\n").encode())
+                self.wfile.write(((f"event: {name}\n" if name else "") + f"data: {text}\n\n").encode(*_JSON_BYTES))
                 self.wfile.flush()
                 if gap:
                     time.sleep(gap)

@@ -13,21 +13,20 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import datetime as _dt
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from ..agent.env import SandboxEnv
 from ..agent.loop import continue_episode
 from ..config import RunConfig, refuse_redacted
-from ..core import hostfiles
 from ..core.trajectory import StepRecord, Trajectory
-from ..models.pricing import load_prices
+from ..runs import layout
 from ..runs.inputs import save_input_files
 from ..runs.safe_files import check_new_folder, new_folder
-from ..runs.session import RunResult, _collect, make_model_client, new_run_id, prepare_sandbox, price_of, settings
+from ..runs.session import RunFolder, RunResult, Session, new_run_id, settings
 from ..sandbox import SandboxError
 from .grants import check_model_server
 from .replayer import SANDBOX_DIRS, RecordedRun, Replayer, ReplayError, ReplayReport, load_recorded
@@ -107,58 +106,70 @@ async def fork_run(run_dir: Path, step: int, n: int, overrides: Optional[dict[st
     if n < 1:
         raise ReplayError("--n: at least one branch")
     cfg = branch_settings(recorded, overrides or {})
-    messages = prefix_messages(original.messages, step)
-    if query is not None:
-        messages = with_new_task(messages, str(original.task.get("prompt") or ""), query)
-    if prompt_append:
-        messages.append({"role": "user", "content": prompt_append})
-    replayer = Replayer(recorded, ignore, input_dir)
+    messages = branch_messages(original, step, prompt_append, query)
+    # the recorded prompts, never the prompt file the run folder names; the sandbox settings are the recorded
+    # run's (the branches' differ only in the model's)
+    session = Session(cfg, prompts=recorded.prompts)
+    replayer = Replayer(recorded, ignore, input_dir, admission=session.admission)
     # the branch folders: made later without following links; a link or a used folder in the way stops here
     root, follow = (Path(output_dir), True) if output_dir else (run_dir, False)
-    rels = [("" if output_dir else f"forks/step-{step}/") + f"branch-{i}" for i in range(1, n + 1)]
+    rels = [layout.fork_branch(step, i, into_run=not output_dir) for i in range(1, n + 1)]
     for rel in rels:
         check_new_folder(root, rel, follow_root=follow)
     if on_granted and recorded.granted:
         on_granted(recorded.granted)
-    table = load_prices(cfg.prices)
-    await prepare_sandbox(recorded.settings)
-    client = await make_model_client(cfg)
+    await session.open(sandbox=True)
     try:
         if output_dir:
             root.mkdir(parents=True, exist_ok=True)  # a folder the user named
         folders = [new_folder(root, rel, follow_root=follow) for rel in rels]
-        t0 = time.perf_counter()
-        report = await replayer.replay(until=step)
-        if report.stopped:
-            raise SandboxError(report.stopped)
-        if replayer.env.done:
-            raise ReplayError(f"the run ended ({replayer.env.episode.exit_reason}) at step {step}: fork at an "
-                              "earlier step")
-        t1 = time.perf_counter()
-        envs = await replayer.env.fork(n, cfg.env_config(recorded.prompts, new_run_id()))
-        result = ForkResult(report, timings={"replay_s": t1 - t0, "fork_s": time.perf_counter() - t1})
-        snap = envs[0]._snapshot
-        result.timings.update(snap.timings if snap is not None else {})
-        await replayer.close()  # the replay's own sandbox is not needed any more
-        price = price_of(table, cfg, client.name)
+        result, envs = await _replay_and_fork(replayer, session, step, n)
         how = {"prompt_append": prompt_append, "query_replaced": query is not None}
-        runs = [_branch(i, env, client, cfg, recorded, step, n, messages, folder, replayer.inputs.files, price,
-                        on_step, how)
+        runs = [_branch(i, env, session, recorded, step, n, messages, folder, replayer.inputs.files, on_step, how)
                 for i, (env, folder) in enumerate(zip(envs, folders, strict=True), 1)]
         result.branches = list(await asyncio.gather(*runs))
         return result
     finally:
         await replayer.close()
-        await client.close()
+        await session.close()
 
 
-async def _branch(i: int, env, client, cfg: RunConfig, recorded: RecordedRun, step: int, n: int,
-                  messages: list[dict], run_dir: Path, inputs: dict[str, bytes], price, on_step: Optional[OnStep],
+def branch_messages(original: Trajectory, step: int, prompt_append: Optional[str], query: Optional[str]) -> list[dict]:
+    """What the branches' model reads first: the recorded conversation up to step `step`, its task's text
+    replaced by `query`, and `prompt_append` as one more user message."""
+    messages = prefix_messages(original.messages, step)
+    if query is not None:
+        messages = with_new_task(messages, str(original.task.get("prompt") or ""), query)
+    if prompt_append:
+        messages.append({"role": "user", "content": prompt_append})
+    return messages
+
+
+async def _replay_and_fork(replayer: Replayer, session: Session, step: int, n: int) -> tuple[ForkResult,
+                                                                                            list[SandboxEnv]]:
+    """Steps 1..step replayed, then n environments forked from there (the replay's own sandbox removed)."""
+    t0 = time.perf_counter()
+    report = await replayer.replay(until=step)
+    if report.stopped:
+        raise SandboxError(report.stopped)
+    if replayer.env.done:
+        raise ReplayError(f"the run ended ({replayer.env.episode.exit_reason}) at step {step}: fork at an "
+                          "earlier step")
+    t1 = time.perf_counter()
+    envs = await replayer.env.fork(n, session.env_config(new_run_id()))
+    result = ForkResult(report, timings={"replay_s": t1 - t0, "fork_s": time.perf_counter() - t1})
+    result.timings.update(envs[0].snapshot_timings)
+    await replayer.close()  # the replay's own sandbox is not needed any more
+    return result, envs
+
+
+async def _branch(i: int, env: SandboxEnv, session: Session, recorded: RecordedRun, step: int, n: int,
+                  messages: list[dict], run_dir: Path, inputs: dict[str, bytes], on_step: Optional[OnStep],
                   how: dict) -> RunResult:
     """One branch in its folder (`run_dir`, made new or empty by fork_run: nothing in it can be a link)."""
     original = recorded.trajectory
     try:  # new and empty: the copy-back then writes only where it made folders itself
-        new_folder(run_dir, "files")
+        new_folder(run_dir, layout.FILES)
     except BaseException:
         await env.close()
         raise
@@ -166,23 +177,18 @@ async def _branch(i: int, env, client, cfg: RunConfig, recorded: RecordedRun, st
         save_input_files(run_dir, inputs)
     fork = {"from": str(recorded.run_dir), "run_id": original.run_id, "step": step, "branch": i, "of": n, **how}
     task = {**copy.deepcopy(original.task), "sandbox_dirs": {k: getattr(recorded.prompts, k) for k in SANDBOX_DIRS}}
-    traj = Trajectory(run_id=new_run_id(), mode="sandbox", config={**cfg.public(), "model": client.name, "fork": fork},
+    traj = Trajectory(run_id=new_run_id(), mode="sandbox",
+                      config={**session.cfg.public(), "model": session.client.name, "fork": fork},
                       task=task, tools=env.tool_schemas, messages=copy.deepcopy(messages))
     for s in original.steps[:step]:
         traj.add_step(s.model_copy(deep=True))
-    traj.set_price(price)  # what the branch's own steps cost
-    result = RunResult(run_dir, traj)
-    save = lambda: traj.save(run_dir / "trajectory.json")  # noqa: E731
-    save()
-    t0 = time.monotonic()
+    traj.set_price(session.price)  # what the branch's own steps cost
+    folder = RunFolder(run_dir, traj)
+    folder.save()
     try:
-        await continue_episode(env, client, traj, (lambda s, _t: on_step(i, s)) if on_step else None, save)
+        await continue_episode(env, session.client, traj, (lambda s, _t: on_step(i, s)) if on_step else None,
+                               folder.save)
     finally:
-        await _collect(env, traj, result, run_dir)
-        traj.totals.wall_time_s = time.monotonic() - t0
-        traj.finished_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
-        result.answer = traj.answer
-        if traj.answer is not None:
-            hostfiles.write_text(run_dir / "answer.txt", traj.answer, errors="replace")
-        save()
-    return result
+        await folder.collect(env)
+        folder.finish()
+    return folder.result

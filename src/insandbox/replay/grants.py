@@ -17,20 +17,10 @@ from typing import Any, Optional
 from urllib.parse import urlparse
 
 from ..config import DEFAULT_IMAGE, RunConfig
-from ..core.units import parse_size
+from ..core.units import format_size, parse_size
 from ..runs.safe_files import UnsafeRunFolder
 
 SAFE_NETWORKS = ("bridge", "none", "registries")
-
-
-def _size_text(n: Optional[int]) -> str:
-    """Bytes as the command line takes them (4g, 512m, none)."""
-    if n is None:
-        return "none"
-    for unit, scale in (("g", 1024 ** 3), ("m", 1024 ** 2), ("k", 1024)):
-        if n and n % scale == 0:
-            return f"{n // scale}{unit}"
-    return str(n)
 
 
 def _over(limit: Optional[float], default: Optional[float]) -> bool:
@@ -39,23 +29,25 @@ def _over(limit: Optional[float], default: Optional[float]) -> bool:
 
 
 def _mem(v: Optional[str]) -> Optional[int]:
+    """A recorded size in bytes (a run folder holds text; RunConfig checks it once the grants pass)."""
     return None if v is None else parse_size(v)
 
 
 _D = RunConfig()
+_D_LIMITS = _D.sandbox_limits()  # the default memory and disk in bytes
 # setting -> (does this value ask for more than the default?, the option that gives it)
 CHECKED: dict[str, tuple[Callable[[Any], bool], Callable[[Any], str]]] = {
     "image": (lambda v: v != DEFAULT_IMAGE, lambda v: f"--image {v}"),
     "network": (lambda v: v not in SAFE_NETWORKS, lambda v: f"--network {v}"),
     "cap_add": (lambda v: bool(v), lambda v: " ".join(f"--cap-add {c}" for c in (v if isinstance(v, list) else [v]))),
     "runtime": (lambda v: v is not None, lambda v: f"--runtime {v}"),
-    "memory": (lambda v: _over(_mem(v), _mem(_D.memory)), lambda v: f"--memory {v or 'none'}"),
+    "memory": (lambda v: _over(_mem(v), _D_LIMITS.memory_bytes), lambda v: f"--memory {v or 'none'}"),
     "cpus": (lambda v: _over(v, _D.cpus), lambda v: f"--cpus {v or 0}"),
     "pids_limit": (lambda v: _over(v, _D.pids_limit), lambda v: f"--pids-limit {v or 0}"),
-    "disk": (lambda v: _over(_mem(v), _mem(_D.disk)), lambda v: f"--disk {v or 'none'}"),
+    "disk": (lambda v: _over(_mem(v), _D_LIMITS.disk_bytes), lambda v: f"--disk {v or 'none'}"),
     "output_max_file_bytes": (lambda v: _over(v, _D.output_max_file_bytes),
-                              lambda v: f"--max-output-file-size {_size_text(v)}"),
-    "output_max_bytes": (lambda v: _over(v, _D.output_max_bytes), lambda v: f"--max-output-size {_size_text(v)}"),
+                              lambda v: f"--max-output-file-size {format_size(v)}"),
+    "output_max_bytes": (lambda v: _over(v, _D.output_max_bytes), lambda v: f"--max-output-size {format_size(v)}"),
     "output_max_files": (lambda v: _over(v, _D.output_max_files), lambda v: f"--max-output-files {v or 0}"),
 }
 # recorded settings taken over as they are: they act inside the sandbox or on the model's replies only
@@ -108,8 +100,9 @@ def check_model_server(recorded_base_url: Optional[str], overrides: dict) -> Non
     url = recorded_base_url
     if url is None or url == "embedded" or (isinstance(url, str) and _local_url(url)):
         return
-    if isinstance(url, str) and "***" in url:
-        return  # a credential was redacted: the fork asks for it again, saying so (config.refuse_redacted)
+    if isinstance(url, str) and "***" in url:  # the run held a credential there, which was never stored
+        raise UnsafeRunFolder(f"the recorded --base-url held a credential, which insandbox never stores ({url}): "
+                              "pass --base-url to give it again")
     raise UnsafeRunFolder(f"the run used the model server {url!r}, which is not on this machine (or carries "
                           "credentials): a fork sends the conversation and your API key only where --base-url says; "
                           "pass --base-url")

@@ -30,8 +30,10 @@ from ..agent.env import SandboxEnv, Task
 from ..config import ConfigError, RunConfig, validated
 from ..core.trajectory import Trajectory
 from ..prompts import PromptConfig, load_prompt_config
+from ..runs import layout
 from ..runs.inputs import FoundInputs, find_inputs
 from ..runs.safe_files import SMALL_FILE_MAX_BYTES, TRAJECTORY_MAX_BYTES, read_file
+from ..sandbox.admission import Admission
 from ..tools import ToolCall
 from .grants import CHECKED, sandbox_settings
 
@@ -61,9 +63,9 @@ def load_recorded(run_dir: Path, image: Optional[str] = None, *, given: Optional
     used, and its sandbox settings are checked against `given` (the command line's: grants.py).
     ReplayError or UnsafeRunFolder (both one line) when it cannot be replayed as it is."""
     run_dir = Path(run_dir)
-    path = run_dir / "trajectory.json"
+    path = run_dir / layout.TRAJECTORY
     try:
-        raw = read_file(run_dir, "trajectory.json", TRAJECTORY_MAX_BYTES)
+        raw = read_file(run_dir, layout.TRAJECTORY, TRAJECTORY_MAX_BYTES)
     except FileNotFoundError:
         raise ReplayError(f"{run_dir}: no trajectory.json (give a run folder, or a benchmark sample's folder "
                           "samples/<mode>/<id>/r<k>)") from None
@@ -112,10 +114,10 @@ def _prompts(traj: Trajectory, run_dir: Path) -> tuple[PromptConfig, list[str]]:
     default = load_prompt_config()
     if source == "default":
         return default, []
-    where = Path(os.path.abspath(run_dir))  # <bench>/samples/<mode>/<id>/r<k>: the folders the user named
-    if len(where.parents) > 3 and where.parents[2].name == "samples":
+    bench = layout.bench_of_sample(Path(os.path.abspath(run_dir)))  # the folders the user named
+    if bench is not None:
         try:  # a link or a FIFO there is refused (UnsafeRunFolder), a missing or unreadable file is no help
-            raw = read_file(where.parents[3], "bench.json", SMALL_FILE_MAX_BYTES, follow_root=True)
+            raw = read_file(bench, layout.BENCH, SMALL_FILE_MAX_BYTES, follow_root=True)
             task = json.loads(raw).get("task") or {}
         except (OSError, json.JSONDecodeError, UnicodeDecodeError, AttributeError):
             task = None
@@ -203,7 +205,10 @@ OnCall = Callable[[CallComparison], None]
 class Replayer:
     """Replays one recorded run; `env` is the replay's live environment until close()."""
 
-    def __init__(self, recorded: RecordedRun, ignore: Iterable[str] = (), input_dir: Optional[Path] = None):
+    def __init__(self, recorded: RecordedRun, ignore: Iterable[str] = (), input_dir: Optional[Path] = None,
+                 admission: Optional[Admission] = None):
+        """`admission`: the way the replay's sandbox starts through the admission gate (a session's; default:
+        the process's gate)."""
         self.recorded = recorded
         self.ignores = compile_ignores(ignore)
         self.inputs: FoundInputs = find_inputs(recorded.trajectory.task, recorded.run_dir, input_dir)
@@ -212,6 +217,7 @@ class Replayer:
         # no limits: the replay runs what was recorded, however the run ended
         cfg = recorded.settings.env_config(recorded.prompts, new_run_id())
         cfg.max_steps, cfg.token_budget, cfg.time_limit, cfg.stuck_after = 1 << 30, None, None, None
+        cfg.admission = admission
         self.env = SandboxEnv(cfg)
 
     async def replay(self, until: Optional[int] = None, on_call: Optional[OnCall] = None) -> ReplayReport:

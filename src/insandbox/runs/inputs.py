@@ -21,8 +21,7 @@ from pathlib import Path
 from typing import Optional, Union
 
 from ..sandbox.copyback import host_path
-
-INPUTS_DIR = "inputs"  # in the run folder: the in-memory input files, as the sandbox got them
+from .layout import INPUTS as INPUTS_DIR  # in the run folder: the in-memory input files, as the sandbox got them
 INPUTS_MAX_BYTES = 2 * 1024 ** 3  # all of them together, as a replay reads them back
 
 

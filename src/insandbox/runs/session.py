@@ -1,35 +1,43 @@
-"""One run, end to end: settings -> sandbox backend ready -> model -> run folder -> episode ->
-outputs. Thin glue: the episode is the env's (env.py) and the loop's (agent.py); everything
-about containers is the backend's (sandbox/).
+"""One run, end to end: settings -> a Session (sandbox backend ready, model client, price) -> a run
+folder -> the episode -> its outputs. Thin glue: the episode is the env's (agent/env.py) and the
+loop's (agent/loop.py); everything about containers is the backend's (sandbox/).
 
-`arun()` is the async entry point (many runs can share one event loop); `run()` wraps
-it for scripts. The run folder holds trajectory.json (rewritten after every step),
-files/ (the sandbox's output folder), and answer.txt when the model wrote one.
+A `Session` prepares what runs of one set of settings share once (the prompts, the price table, the
+sandbox backend with the admission of its sandboxes, the model client and its price, a pool of
+started sandboxes) and runs tasks, each in a `RunFolder` that it finishes once, whatever happens:
+`insandbox run` (one task), a benchmark's samples (bench/sample.py) and a fork's branches
+(replay/fork.py) all go through it. `arun()` is one task in a session of its own (many runs can share
+one event loop); `run()` wraps it for scripts. A run folder's files are named in layout.py.
 """
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as _dt
 import importlib.util
+import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Protocol
+from typing import Any, Optional, Protocol, Union
 
-from ..core import hostfiles
+from ..agent.env import EnvConfig, SandboxEnv, Task
 from ..agent.loop import run_episode, run_llm_once
 from ..config import ConfigError, RunConfig, validated
-from ..agent.env import SandboxEnv, Task
+from ..core import hostfiles
 from ..core.episode import ExitReason
+from ..core.errors import SandboxBrokenByItself
+from ..core.redact import redact
+from ..core.trajectory import SkippedOutput, StepRecord, Trajectory
+from ..core.units import is_local
 from ..models.base import ModelClient
 from ..models.openai_compat import OpenAIChatClient
-from ..core.units import is_local
 from ..models.pricing import Price, PriceTable, load_prices
 from ..prompts import PromptConfig, load_prompt_config
-from ..core.redact import redact
-from ..sandbox import OperationError, SandboxError, SandboxSpec, SetupError, backend_class
+from ..sandbox import OperationError, SandboxError, SetupError, backend_class
+from ..sandbox.admission import Admission
 from ..sandbox.pool import SandboxPool
-from ..core.trajectory import SkippedOutput, StepRecord, Trajectory
+from . import layout
 
 
 @dataclass
@@ -38,6 +46,9 @@ class RunResult:
     trajectory: Trajectory
     answer: Optional[str] = None
     files: list[str] = field(default_factory=list)
+    # the sandbox broke (not by its own doing) while the answer and files were being taken: they are missing
+    # for the infrastructure's sake, whatever the episode's end (a benchmark tries such a sample again)
+    outputs_lost: Optional[str] = None
 
     @property
     def exit_reason(self) -> Optional[ExitReason]:
@@ -77,10 +88,6 @@ class _Quiet:
 
 def new_run_id() -> str:
     return uuid.uuid4().hex[:8]
-
-
-def default_run_dir(root: Path, run_id: str) -> Path:
-    return Path(root) / f"{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}-{run_id}"
 
 
 def settings(config: Optional[RunConfig], overrides: dict[str, Any]) -> RunConfig:
@@ -124,10 +131,7 @@ def price_of(table: PriceTable, cfg: RunConfig, model: str) -> Price:
 
 
 def _client_kwargs(cfg: RunConfig) -> dict:
-    return dict(temperature=cfg.temperature, max_tokens=cfg.max_tokens, extra_body=cfg.extra_body,
-                timeout=cfg.request_timeout, max_retries=cfg.max_retries, send_reasoning=cfg.send_reasoning,
-                tool_choice=cfg.tool_choice, stream=cfg.stream, stall_timeout=cfg.stall_timeout,
-                logprobs=cfg.logprobs, top_logprobs=cfg.top_logprobs, tool_format=cfg.tool_format)
+    return cfg.client_kwargs()
 
 
 async def make_model_client(cfg: RunConfig) -> ModelClient:
@@ -162,108 +166,257 @@ async def make_model_client(cfg: RunConfig) -> ModelClient:
                             **_client_kwargs(cfg))
 
 
-async def prepare_sandbox(cfg: RunConfig, observer: Optional[RunObserver] = None) -> None:
-    """Make sure sandboxes of these settings can start (image built on first use, network known)
-    before any run folder exists: a bad setting is a ConfigError, a dead engine a SandboxError."""
-    from ..sandbox import admission
-
+def admission_of(cfg: RunConfig, observer: Optional[RunObserver] = None) -> Admission:
+    """This run's way through the process's admission gate: its own --max-sandboxes and status line."""
     observer = observer or _Quiet()
-    spec = SandboxSpec(image=cfg.image, limits=cfg.sandbox_limits(),
-                       build_image=cfg.build_image)
     try:
-        gate = admission.gate()
+        return Admission(cfg.max_sandboxes, observer.on_status)
     except ValueError as e:  # a bad INSANDBOX_ADMIT_* setting
         raise ConfigError(str(e)) from None
-    gate.report_to(observer.on_status)  # why a start waits, on the run's status line
-    if cfg.max_sandboxes is not None:
-        gate.configure(max_sandboxes=cfg.max_sandboxes)
+
+
+async def prepare_sandbox(cfg: RunConfig, observer: Optional[RunObserver] = None) -> Admission:
+    """Make sure sandboxes of these settings can start (image built on first use, network known)
+    before any run folder exists: a bad setting is a ConfigError, a dead engine a SandboxError.
+    Returns the admission the sandboxes of these settings start through."""
+    admission = admission_of(cfg, observer)
+    await prepare_backend(cfg, observer)
+    return admission
+
+
+async def prepare_backend(cfg: RunConfig, observer: Optional[RunObserver] = None) -> None:
+    """The sandbox backend ready for these settings (prepare_sandbox, without the admission)."""
+    observer = observer or _Quiet()
+    spec = cfg.sandbox_spec()
     try:
         await backend_class(cfg.backend).prepare(spec, observer.on_status, observer.on_progress)
     except SetupError as e:
         raise ConfigError(str(e)) from None
 
 
-async def arun(query: str, config: Optional[RunConfig] = None, *, observer: Optional[RunObserver] = None,
-               model_client: Optional[ModelClient] = None, task_id: str = "", input_files: Optional[dict] = None,
-               prompts: Optional[PromptConfig] = None, prepared: bool = False, price: Optional[Price] = None,
-               sandbox_pool: Optional[SandboxPool] = None, **overrides: Any) -> RunResult:
-    """Run one task. Keyword overrides are RunConfig fields (model=..., max_steps=...).
-    `model_client` (kept open), `prompts` (instead of a prompt-config file), `prepared` (the
-    sandbox backend was already prepared) and `price` (of the client's model) let a caller such
-    as the benchmark runner share one client, its own prompts and one price across many runs;
-    `sandbox_pool` gives the run a started sandbox and takes it back afterwards (sandbox/pool.py)."""
-    cfg = settings(config, overrides)
-    observer = observer or _Quiet()
-    prompt_source = str(cfg.prompt_config or ("given by the caller" if prompts else "default"))
-    prompts = prompts or prompts_of(cfg)
-    table = None if price else load_prices(cfg.prices)  # before anything is created: a bad price file stops here
-    task = Task(prompt=query, id=task_id, input_dir=cfg.input_dir, input_files=dict(input_files or {}))
-    if cfg.output_dir:
-        check_output_folder(Path(cfg.output_dir))
-    if cfg.mode == "sandbox" and not prepared:
-        await prepare_sandbox(cfg, observer)
-    client = model_client or await make_model_client(cfg)
-    if cfg.stream and model_client is None and hasattr(observer, "on_delta"):
-        client.on_delta = observer.on_delta  # tokens shown as they come
-    run_id = new_run_id()
-    run_dir = Path(cfg.output_dir) if cfg.output_dir else default_run_dir(cfg.runs_root, run_id)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    model_info = {"model": client.name}
-    if cfg.embedded and model_client is None:
-        model_info.update(base_url="embedded", gguf=str(getattr(client.server, "gguf", "")))
-    traj = Trajectory(run_id=run_id, mode=cfg.mode, config={**cfg.public(), **model_info},
-                      task={"id": task_id, "prompt": query, "input_dir": str(cfg.input_dir) if cfg.input_dir else None,
-                            "input_files": sorted(task.input_files), "prompt_config": prompt_source,
-                            # what replay and fork need of the prompt config, so they never read its file
-                            "sandbox_dirs": {k: getattr(prompts, k) for k in ("working_dir", "input_dir",
-                                                                              "output_dir")},
-                            **_inputs_record(task, run_dir, keep=cfg.mode == "sandbox")})
-    traj.set_price(price or price_of(table, cfg, client.name))
-    result = RunResult(run_dir, traj)
-    save = lambda: traj.save(run_dir / "trajectory.json")  # noqa: E731
-    observer.on_start(traj, run_dir)
-    cancelled = False
-    t0 = asyncio.get_running_loop().time()
-    try:
-        if cfg.mode == "llm":
-            traj.answer = await run_llm_once(client, task, prompts, traj, observer.on_step)
-        else:
-            env = SandboxEnv(cfg.env_config(prompts, run_id, sandbox_pool))
-            try:
-                await run_episode(env, client, task, traj, observer.on_step, save)
-            finally:
-                await _collect(env, traj, result, run_dir)
-    except asyncio.CancelledError:  # Ctrl-C / SIGTERM: the record is kept, then the caller learns of it
-        cancelled = True
-        if traj.exit_reason is None:
-            traj.end(ExitReason.INTERRUPTED, "interrupted (Ctrl-C or SIGTERM)")
-    finally:
-        if model_client is None:
-            await client.close()
-            if hasattr(client, "server"):
-                traj.config["embedded_server"] = client.server.info()
-        traj.totals.wall_time_s = asyncio.get_running_loop().time() - t0
-        traj.finished_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
-        result.answer = traj.answer
-        if traj.answer is not None:
-            hostfiles.write_text(run_dir / "answer.txt", traj.answer, errors="replace")
-        save()
-        observer.on_end(result)
-    if cancelled:
-        raise asyncio.CancelledError()
-    return result
-
-
-RUN_FILES = ("trajectory.json", "trajectory.json.tmp", "answer.txt", "files", "inputs")  # what a run writes
-
-
 def check_output_folder(run_dir: Path) -> None:
     """An existing output folder may have been prepared by someone else: a link where the run writes
     would make it write elsewhere on this machine. Refused before anything starts."""
-    for name in RUN_FILES:
+    for name in layout.RUN_FILES:
         if (run_dir / name).is_symlink():
             raise ConfigError(f"--output-dir {run_dir}: {name} there is a symbolic link; insandbox does not write "
                               "through links (remove it, or give another folder)")
+
+
+class RunFolder:
+    """One run's folder as it is written: trajectory.json after every step (`save`); at the end the
+    answer and the output files taken from the sandbox, which is then removed (`collect`), and the
+    run's last figures, answer.txt and the final trajectory (`finish`). Every run is finished here:
+    a task of `insandbox run`, a benchmark's sample, a fork's branch."""
+
+    def __init__(self, path: Path, traj: Trajectory):
+        self.path, self.traj = Path(path), traj
+        self.result = RunResult(self.path, traj)
+        self.started = time.monotonic()
+
+    def save(self) -> None:
+        self.traj.save(self.path / layout.TRAJECTORY)
+
+    async def collect(self, env: SandboxEnv) -> None:
+        """The answer and the output files, then the sandbox removed: also after failures and Ctrl-C."""
+        traj = self.traj
+        try:
+            if env.sandbox is not None:
+                traj.sandbox.update(env.sandbox.info())
+                if env.ready_s is not None:
+                    traj.sandbox["ready_s"] = round(env.ready_s, 4)
+                collected = await env.collect(self.path / layout.FILES)
+                traj.answer, self.result.files = collected.answer, collected.files
+                traj.output_files = collected.files
+                traj.output_skipped = [SkippedOutput(path=s.path, reason=s.reason, size=s.size)
+                                       for s in collected.skipped]
+        except (SandboxError, OperationError) as e:  # the container is gone: keep the run's record anyway
+            traj.note(f"outputs not collected: {e}")
+            if isinstance(e, SandboxError) and not isinstance(e, SandboxBrokenByItself):
+                self.result.outputs_lost = str(e)
+        finally:
+            try:
+                await env.close()
+            except Exception as e:
+                traj.note(f"sandbox not removed: {e}")
+
+    def finish(self) -> RunResult:
+        traj = self.traj
+        traj.totals.wall_time_s = time.monotonic() - self.started
+        traj.finished_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
+        self.result.answer = traj.answer
+        if traj.answer is not None:
+            hostfiles.write_text(self.path / layout.ANSWER, traj.answer, errors="replace")
+        self.save()
+        return self.result
+
+
+@dataclass
+class PoolSettings:
+    """A pool of started sandboxes that a session's runs take theirs from (sandbox/pool.py)."""
+
+    size: int
+    recycle: bool = True
+    max_uses: int = 100
+    prestart: bool = True  # False where the demand is not known: starts only when a run asks
+    close_wait_s: float = 300.0  # at close, how long removals wait for an engine that went away
+    run_id: str = field(default_factory=lambda: f"bench-{uuid.uuid4().hex[:6]}")  # the label of its sandboxes
+
+
+class Session:
+    """What the runs of one set of settings share, made ready once: the prompts and the price table (at
+    once: a bad file stops here), then by `open` the sandbox backend (image, network) with the admission
+    its sandboxes start through, a pool of started sandboxes if asked for, and the model client with its
+    price. `run` runs one task in a run folder it finishes whatever happens; `close` gives back what
+    `open` made. A client given is used as it is and left open."""
+
+    def __init__(self, cfg: RunConfig, observer: Optional[RunObserver] = None, *,
+                 prompts: Optional[PromptConfig] = None, prices: Optional[PriceTable] = None,
+                 client: Optional[ModelClient] = None):
+        self.cfg = cfg  # checked settings (runs.session.settings), the same for every run
+        self.observer = observer or _Quiet()
+        self.prompt_source = str(cfg.prompt_config or ("given by the caller" if prompts else "default"))
+        self.prompts = prompts or prompts_of(cfg)
+        self.prices = prices or load_prices(cfg.prices)  # before anything is created: a bad price file stops here
+        self.client = client
+        self.own_client = client is None
+        self.price: Optional[Price] = None  # of the client's model, once open
+        self._admission: Optional[Admission] = None
+        self.pool: Optional[SandboxPool] = None  # kept after close: its figures go into a benchmark's summary
+        self._pool_settings: Optional[PoolSettings] = None
+        self._closed = False
+
+    async def open(self, sandbox: bool = True, pool: Optional[PoolSettings] = None) -> Session:
+        """Prepare the sandbox backend (when runs need sandboxes) and its pool, then the model client."""
+        if sandbox:
+            # made now: a bad INSANDBOX_ADMIT_* setting stops here, before the backend is prepared
+            self._admission = self._admission or admission_of(self.cfg, self.observer)
+            await prepare_backend(self.cfg, self.observer)
+            if pool is not None:
+                self.pool, self._pool_settings = self._make_pool(pool), pool
+        if self.client is None:
+            self.client = await make_model_client(self.cfg)
+            if self.cfg.stream and hasattr(self.observer, "on_delta"):
+                self.client.on_delta = self.observer.on_delta  # tokens shown as they come
+        self.price = price_of(self.prices, self.cfg, self.client.name)
+        return self
+
+    @property
+    def admission(self) -> Admission:
+        """The way this session's sandboxes start through the process's admission gate (made on first use:
+        runs without sandboxes never need one)."""
+        if self._admission is None:
+            self._admission = admission_of(self.cfg, self.observer)
+        return self._admission
+
+    def _make_pool(self, pool: PoolSettings) -> SandboxPool:
+        spec = self.env_config(pool.run_id).sandbox_spec()
+        return SandboxPool(spec, self.cfg.backend, size=pool.size, recycle=pool.recycle, max_uses=pool.max_uses,
+                           prestart=pool.prestart)
+
+    def env_config(self, run_id: str, pool: Optional[SandboxPool] = None) -> EnvConfig:
+        """One episode's environment: the settings' own, its sandbox started through this session's admission."""
+        return dataclasses.replace(self.cfg.env_config(self.prompts, run_id, pool), admission=self.admission)
+
+    def task(self, prompt: str, task_id: str = "", input_files: Optional[dict] = None) -> Task:
+        return Task(prompt=prompt, id=task_id, input_dir=self.cfg.input_dir, input_files=dict(input_files or {}))
+
+    async def close(self) -> None:
+        """The pool's sandboxes removed, then the client closed (when the session made it); once."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.pool is not None:
+            try:
+                await self.pool.close(self._pool_settings.close_wait_s)
+            except Exception as e:  # what could not be removed stays for `insandbox clean`
+                self.observer.on_status(f"could not remove every pooled sandbox: {e}")
+        if self.own_client and self.client is not None:
+            try:
+                await self.client.close()
+            except Exception:
+                pass
+
+    # ------------------------------------------------------------------ one run
+    async def run(self, task: Task, output_dir: Optional[Path] = None, mode: Optional[str] = None,
+                  observer: Optional[RunObserver] = None) -> RunResult:
+        """Run `task` in `mode` (default: the settings') in a run folder: `output_dir`, else the settings'
+        output_dir, else a new folder under runs_root. The folder is finished whatever happens; a run
+        cancelled (Ctrl-C, SIGTERM) is recorded as interrupted, then the cancellation goes on."""
+        if output_dir is not None:
+            check_output_folder(Path(output_dir))
+        cfg = self._settings_of_run(output_dir, mode)
+        observer = observer or _Quiet()
+        folder = self._new_folder(cfg, task)
+        observer.on_start(folder.traj, folder.path)
+        try:
+            await self._episode(cfg, task, folder, observer)
+        except asyncio.CancelledError:  # the record is kept, then the caller learns of it
+            if folder.traj.exit_reason is None:
+                folder.traj.end(ExitReason.INTERRUPTED, "interrupted (Ctrl-C or SIGTERM)")
+            raise
+        finally:
+            self._note_server(folder.traj)
+            folder.finish()
+            observer.on_end(folder.result)
+        return folder.result
+
+    def _settings_of_run(self, output_dir: Optional[Path], mode: Optional[str]) -> RunConfig:
+        """The settings a run records: the session's, with its own folder and mode (already checked)."""
+        changes = {k: v for k, v in (("output_dir", output_dir), ("mode", mode)) if v is not None}
+        return self.cfg.model_copy(update=changes) if changes else self.cfg
+
+    def _new_folder(self, cfg: RunConfig, task: Task) -> RunFolder:
+        run_id = new_run_id()
+        path = Path(cfg.output_dir) if cfg.output_dir else layout.default_run_dir(cfg.runs_root, run_id)
+        path.mkdir(parents=True, exist_ok=True)
+        model_info = {"model": self.client.name}  # asked now: the embedded model names itself once it runs
+        if cfg.embedded and self.own_client:
+            model_info.update(base_url="embedded", gguf=str(getattr(self.client.server, "gguf", "")))
+        traj = Trajectory(run_id=run_id, mode=cfg.mode, config={**cfg.public(), **model_info},
+                          task=self._task_record(cfg, task, path))
+        traj.set_price(self.price)
+        return RunFolder(path, traj)
+
+    def _task_record(self, cfg: RunConfig, task: Task, run_dir: Path) -> dict:
+        return {"id": task.id, "prompt": task.prompt, "input_dir": str(task.input_dir) if task.input_dir else None,
+                "input_files": sorted(task.input_files), "prompt_config": self.prompt_source,
+                # what replay and fork need of the prompt config, so they never read its file
+                "sandbox_dirs": {k: getattr(self.prompts, k) for k in ("working_dir", "input_dir", "output_dir")},
+                **_inputs_record(task, run_dir, keep=cfg.mode == "sandbox")}
+
+    async def _episode(self, cfg: RunConfig, task: Task, folder: RunFolder, observer: RunObserver) -> None:
+        traj = folder.traj
+        if cfg.mode == "llm":
+            traj.answer = await run_llm_once(self.client, task, self.prompts, traj, observer.on_step)
+            return
+        env = SandboxEnv(self.env_config(traj.run_id, self.pool))
+        try:
+            await run_episode(env, self.client, task, traj, observer.on_step, folder.save)
+        finally:
+            await folder.collect(env)
+
+    def _note_server(self, traj: Trajectory) -> None:
+        """The embedded model's server (when this session started it): where it ran, when it was ready."""
+        if self.own_client and hasattr(self.client, "server"):
+            traj.config["embedded_server"] = self.client.server.info()
+
+
+async def arun(query: str, config: Optional[RunConfig] = None, *, observer: Optional[RunObserver] = None,
+               model_client: Optional[ModelClient] = None, task_id: str = "",
+               input_files: Optional[dict[str, Union[str, bytes]]] = None, **overrides: Any) -> RunResult:
+    """Run one task in a session of its own. Keyword overrides are RunConfig fields (model=...,
+    max_steps=...); `model_client`, when given, is used instead of the configured model and left open."""
+    cfg = settings(config, overrides)
+    session = Session(cfg, observer, client=model_client)
+    task = session.task(query, task_id, input_files)
+    if cfg.output_dir:
+        check_output_folder(Path(cfg.output_dir))
+    await session.open(sandbox=cfg.mode == "sandbox")
+    try:
+        return await session.run(task, observer=session.observer)
+    finally:
+        await session.close()
 
 
 def _inputs_record(task: Task, run_dir: Path, keep: bool) -> dict:
@@ -281,26 +434,6 @@ def _inputs_record(task: Task, run_dir: Path, keep: bool) -> dict:
     except OSError as e:
         return {"input_digests_error": str(e)}
     return record
-
-
-async def _collect(env: SandboxEnv, traj: Trajectory, result: RunResult, run_dir: Path) -> None:
-    """The answer and the output files, then the sandbox removed: also after failures and Ctrl-C."""
-    try:
-        if env.sandbox is not None:
-            traj.sandbox.update(env.sandbox.info())
-            if env.ready_s is not None:
-                traj.sandbox["ready_s"] = round(env.ready_s, 4)
-            collected = await env.collect(run_dir / "files")
-            traj.answer, result.files = collected.answer, collected.files
-            traj.output_files = collected.files
-            traj.output_skipped = [SkippedOutput(path=s.path, reason=s.reason, size=s.size) for s in collected.skipped]
-    except (SandboxError, OperationError) as e:  # the container is gone: keep the run's record anyway
-        traj.note(f"outputs not collected: {e}")
-    finally:
-        try:
-            await env.close()
-        except Exception as e:
-            traj.note(f"sandbox not removed: {e}")
 
 
 def run(query: str, config: Optional[RunConfig] = None, **kwargs: Any) -> RunResult:

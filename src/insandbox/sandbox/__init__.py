@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import sys
 
+from ..core import defaults
 from .base import (
     Capabilities,
     CommandResult,
@@ -32,7 +33,7 @@ def register_backend(name: str, target: str) -> None:
     BACKENDS[name] = target
 
 
-def backend_class(name: str = "docker") -> type[Sandbox]:
+def backend_class(name: str = defaults.BACKEND) -> type[Sandbox]:
     """The backend class registered under `name` (its module is imported on first use)."""
     try:
         module, cls = BACKENDS[name].split(":")
@@ -41,7 +42,7 @@ def backend_class(name: str = "docker") -> type[Sandbox]:
     return getattr(importlib.import_module(module), cls)
 
 
-def create_sandbox(spec: SandboxSpec, backend: str = "docker") -> Sandbox:
+def create_sandbox(spec: SandboxSpec, backend: str = defaults.BACKEND) -> Sandbox:
     return backend_class(backend)(spec)
 
 

@@ -23,6 +23,11 @@ bridge): such a start is not a failure but a wait. The number of live sandboxes 
 moment becomes a cap until one of them closes, and the start is tried again, for at most
 `retry_for_s`.
 
+The gate is the process's (every sandbox of the process shares the host). What one session asks of
+it beyond the host's figures (its own cap on live sandboxes, where its status lines go) is that
+session's `Admission`, handed to its sandboxes in their spec; one session's settings never change
+another's.
+
 Checks read /proc and /sys of this machine; those that cannot see the engine's machine are
 skipped. INSANDBOX_ADMISSION=off turns the gate off; each threshold can be set through
 INSANDBOX_ADMIT_<FIELD> (e.g. INSANDBOX_ADMIT_MEMORY_RESERVE=2g).
@@ -268,6 +273,7 @@ class Slot:
     bridge: Optional[str]
     starting: bool = True
     released: bool = False
+    on_release: Optional[Callable[[], None]] = None  # the session's Admission takes its place back
 
     def started(self) -> None:
         if self.starting:
@@ -279,6 +285,8 @@ class Slot:
             self.released = True
             self.started()
             self.gate._release(self)
+            if self.on_release is not None:
+                self.on_release()
 
 
 class Gate:
@@ -309,9 +317,10 @@ class Gate:
         """Where the gate says why a start waits (a run's status line); the latest one wins."""
         self._reporters = [on_status]
 
-    def say(self, text: str) -> None:
+    def say(self, text: str, to: Optional[Progress] = None) -> None:
+        """Log `text` and tell it `to` (the waiting session's status line), else the gate's reporters."""
         log.info(text)
-        for fn in self._reporters:
+        for fn in [to] if to is not None else self._reporters:
             try:
                 fn(text)
             except Exception:
@@ -399,17 +408,18 @@ class Gate:
         return ""
 
     # ------------------------------------------------------------------ admission
-    async def admit(self, network: str = "bridge") -> Slot:
-        """Wait for this start's turn and for room on the host; the slot must be released."""
+    async def admit(self, network: str = "bridge", say: Optional[Progress] = None) -> Slot:
+        """Wait for this start's turn and for room on the host; the slot must be released. `say`: where
+        the reasons it waits go (default: the gate's reporters)."""
         bridge = None
         if self.enabled:
-            bridge = await self._wait_for_room(network)
+            bridge = await self._wait_for_room(network, say)
         self.live += 1
         slot = Slot(self, network, bridge)
         self._starting_on(slot, +1)
         return slot
 
-    async def _wait_for_room(self, network: str) -> Optional[str]:
+    async def _wait_for_room(self, network: str, say: Optional[Progress]) -> Optional[str]:
         """Returns the bridge the sandbox will take a port of, if any."""
         loop = asyncio.get_running_loop()
         turn = loop.create_future()
@@ -429,7 +439,7 @@ class Gate:
                 if kind not in self._said:
                     self._said.add(kind)
                     queued = len(self._queue) - 1
-                    self.say(line + (f" ({queued} more start{'s' * (queued != 1)} queued)" if queued else ""))
+                    self.say(line + (f" ({queued} more start{'s' * (queued != 1)} queued)" if queued else ""), say)
                 self._poke = loop.create_future()
                 try:
                     await asyncio.wait_for(asyncio.shield(self._poke), self.thresholds.poll_s)
@@ -442,7 +452,7 @@ class Gate:
         waited = self._shortages != shortages  # the host was short while this start was queued
         self.waits += waited
         if waited and self._said and not self._queue:
-            self.say(f"room again: starts go on (the last waited {time.monotonic() - began:.0f} s)")
+            self.say(f"room again: starts go on (the last waited {time.monotonic() - began:.0f} s)", say)
             self._said = set()
         return bridge
 
@@ -473,12 +483,12 @@ class Gate:
 
     # ------------------------------------------------------------------ a start
     async def start(self, network: str, attempt: Callable[[Slot], Awaitable[None]],
-                    reset: Callable[[], None]) -> Slot:
+                    reset: Callable[[], None], say: Optional[Progress] = None) -> Slot:
         """Admit, then `attempt` the start; one refused for a resource reason waits and is tried again
         (after `reset()`) for at most retry_for_s. The attempt cleans up after itself when it fails."""
         first_refusal: Optional[float] = None
         while True:
-            slot = await self.admit(network)
+            slot = await self.admit(network, say)
             try:
                 await attempt(slot)
                 slot.started()
@@ -491,7 +501,7 @@ class Gate:
                         self.refused(slot)
                         self.retries += 1
                         self.say(f"a sandbox start was refused for want of room ({_short(e)}): it waits and "
-                                 "is tried again")
+                                 "is tried again", say)
                         reset()
                         await asyncio.sleep(min(self.thresholds.poll_s * 4, 5.0))
                         continue
@@ -514,3 +524,48 @@ def gate() -> Gate:
     if _gate is None:
         _gate = Gate()
     return _gate
+
+
+class Admission:
+    """One session's way through the process's gate: its own cap on live sandboxes (--max-sandboxes)
+    and its own status line. A backend's start goes through the Admission in its spec
+    (`SandboxSpec.admission`), else straight through the gate."""
+
+    def __init__(self, max_sandboxes: Optional[int] = None, on_status: Optional[Progress] = None,
+                 through: Optional[Gate] = None):
+        self.gate = through or gate()
+        self.max_sandboxes = max_sandboxes
+        self.on_status = on_status
+        self.live = 0  # this session's sandboxes admitted and not released
+        self._places = asyncio.Semaphore(max_sandboxes) if max_sandboxes is not None else None
+        self._said = False  # "waiting for a sandbox to close" said since the last start that did not wait
+
+    def say(self, text: str) -> None:
+        self.gate.say(text, self.on_status)
+
+    async def start(self, network: str, attempt: Callable[[Slot], Awaitable[None]],
+                    reset: Callable[[], None]) -> Slot:
+        """As Gate.start, after this session's own cap lets one more sandbox live."""
+        await self._take_place()
+        try:
+            slot = await self.gate.start(network, attempt, reset, self.on_status)
+        except BaseException:
+            self._give_back()
+            raise
+        slot.on_release = self._give_back
+        return slot
+
+    async def _take_place(self) -> None:
+        if self._places is not None:
+            if self._places.locked() and not self._said:
+                self._said = True
+                self.say(f"waiting for a sandbox to close: {self.live} live, --max-sandboxes {self.max_sandboxes}")
+            elif not self._places.locked():
+                self._said = False
+            await self._places.acquire()
+        self.live += 1
+
+    def _give_back(self) -> None:
+        self.live -= 1
+        if self._places is not None:
+            self._places.release()

@@ -19,10 +19,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Optional, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Optional, Protocol, runtime_checkable
 
 from ..core import defaults
 from ..core.errors import SandboxBrokenByItself, SandboxError, SetupError  # noqa: F401 (the sandbox's failures)
+from ..core.units import parse_size
+
+if TYPE_CHECKING:
+    from .admission import Admission
 
 
 class OperationError(Exception):
@@ -108,6 +112,13 @@ class SandboxLimits:
     disk: Optional[str] = defaults.DISK  # what the sandbox may write (enforced where the engine's storage can)
     runtime: Optional[str] = None  # the engine's OCI runtime, e.g. runsc (gVisor); None: the engine's default
     cap_add: tuple[str, ...] = ()  # capabilities on top of the few kept (see sandbox/limits.py)
+    # memory and disk in bytes, read once here: backends take these, never the text (kept for messages)
+    memory_bytes: Optional[int] = field(init=False, repr=False, compare=False)
+    disk_bytes: Optional[int] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self.memory_bytes = None if self.memory is None else parse_size(self.memory)
+        self.disk_bytes = None if self.disk is None else parse_size(self.disk)
 
 
 @dataclass
@@ -126,6 +137,8 @@ class SandboxSpec:
     fast_file_max_bytes: int = 1 << 20
     build_image: bool = True  # prepare(): build a missing image when the backend knows how
     recyclable: bool = False  # keep what recycle() needs, so one container can serve many samples (pool.py)
+    # the session's way through the host's admission gate (its cap, its status line); None: the process's gate
+    admission: Optional[Admission] = field(default=None, compare=False, repr=False)
 
 
 @dataclass
@@ -214,7 +227,7 @@ class Sandbox(Protocol):
     def info(self) -> dict:
         """What to record about this sandbox: backend, image, ids, limits, start-up timings."""
 
-    async def run(self, command: str, timeout: float = 120.0) -> CommandResult:
+    async def run(self, command: str, timeout: float = defaults.COMMAND_TIMEOUT_S) -> CommandResult:
         """Run `command` in the persistent shell (cwd, env and functions persist)."""
 
     async def exec(self, argv: list[str], timeout: float = 60.0, stdin: str = "") -> ExecResult:

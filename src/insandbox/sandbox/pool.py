@@ -27,6 +27,7 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Optional
 
+from ..core import defaults
 from .base import Sandbox, SandboxError, SandboxSpec
 
 log = logging.getLogger(__name__)
@@ -65,7 +66,7 @@ class PoolStats:
 
 
 class SandboxPool:
-    def __init__(self, spec: SandboxSpec, backend: str = "docker", *, size: int = 8, recycle: bool = True,
+    def __init__(self, spec: SandboxSpec, backend: str = defaults.BACKEND, *, size: int = 8, recycle: bool = True,
                  max_uses: int = 100, starts_in_flight: int = STARTS_IN_FLIGHT, prestart: bool = True):
         from . import backend_class
 

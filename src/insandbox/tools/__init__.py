@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterable
 from typing import Optional
 
+from ..core import defaults
 from ..sandbox.base import OperationError, Sandbox
 from .base import Tool, ToolArgumentError, ToolCall, ToolOutput
 from .bash import ExecuteBash
@@ -24,8 +25,8 @@ from .observation import clean_observation
 from .submit import Submit
 
 
-def default_tools(command_timeout: float = 120.0, workdir: str = "/testbed",
-                  view_limit_chars: int = 16000) -> list[Tool]:
+def default_tools(command_timeout: float = defaults.COMMAND_TIMEOUT_S, workdir: str = defaults.WORKDIR,
+                  view_limit_chars: int = defaults.OUTPUT_LIMIT) -> list[Tool]:
     """A fresh set of the three tools (the editor keeps per-episode undo history)."""
     return [ExecuteBash(command_timeout), StrReplaceEditor(workdir, view_limit_chars), Submit()]
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..core import defaults
 from ..sandbox.base import CommandResult, Sandbox
 from .base import ToolOutput, function_schema, require_str
 
@@ -12,7 +13,7 @@ NAME = "execute_bash"
 class ExecuteBash:
     name = NAME
 
-    def __init__(self, timeout: float = 120.0):
+    def __init__(self, timeout: float = defaults.COMMAND_TIMEOUT_S):
         self.timeout = timeout
 
     def schema(self) -> dict:

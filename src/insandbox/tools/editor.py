@@ -14,6 +14,7 @@ from __future__ import annotations
 import posixpath
 from typing import Any, Optional
 
+from ..core import defaults
 from ..sandbox.base import FileStat, Sandbox, SandboxFileError
 from .base import ToolArgumentError, ToolOutput, as_int, function_schema, require_str
 
@@ -71,7 +72,7 @@ def line_of(text: str, index: int) -> int:
 class StrReplaceEditor:
     name = NAME
 
-    def __init__(self, workdir: str = "/testbed", view_limit_chars: int = 16000):
+    def __init__(self, workdir: str = defaults.WORKDIR, view_limit_chars: int = defaults.OUTPUT_LIMIT):
         self.workdir = workdir
         self.view_limit = view_limit_chars
         self.history: dict[str, list[tuple[Optional[bytes], Optional[int]]]] = {}

@@ -18,11 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from ..runs import layout
+from ..runs.layout import BENCH, RESULTS, SUMMARY, TRAJECTORY
 from .trajectories import read_summary
 
-TRAJECTORY, BENCH, RESULTS, SUMMARY = "trajectory.json", "bench.json", "results.jsonl", "summary.json"
-SKIP_IN_RUN = {"files", "inputs"}
-SKIP_ANYWHERE = {"node_modules", "__pycache__", "report"}
+SKIP_IN_RUN = {layout.FILES, layout.INPUTS}
+SKIP_ANYWHERE = {"node_modules", "__pycache__", layout.REPORT}
 MAX_DEPTH = 12
 STALE_S = 15 * 60  # a run without an exit reason whose file has not changed for this long is not live
 
@@ -111,7 +112,7 @@ class _Results:
                 try:
                     rec = json.loads(line)
                     key = str(Path(rec.get("trajectory") or "").parent) if rec.get("trajectory") else \
-                        f"samples/{rec['mode']}/{rec['id']}/r{rec['repeat']}"
+                        str(layout.sample_dir(rec["id"], rec["mode"], rec["repeat"]))
                 except (ValueError, KeyError, TypeError, AttributeError):
                     continue
                 self.records.pop(key, None)  # keep the file's order: a replaced record moves to the end
@@ -174,7 +175,7 @@ class Index:
         for s in subdirs:
             if s.startswith(".") or s in SKIP_ANYWHERE or (is_run and s in SKIP_IN_RUN):
                 continue
-            if is_bench and s != "samples":
+            if is_bench and s != layout.SAMPLES:
                 continue
             self._walk(os.path.join(d, s), depth + 1, found_runs, found_benches, in_bench or is_bench)
 

@@ -27,6 +27,20 @@ def test_answer_instructions_say_exactly_what_to_write():
     assert ground_truth(text) == "Ann Lee" and "short phrase" in answer_instruction(text)
 
 
+def test_the_multi_choice_example_is_never_a_possible_answer():
+    """Issue 22: every multi-choice prompt showed "(for example: A,C)", the right answer of about 5% of
+    the multi-choice tasks of a build. The example's letters are now outside the task's options."""
+    from string import ascii_uppercase
+
+    for count in range(2, 25):
+        form = Form("multi-choice", "Q?", [f"option {i}" for i in range(count)], [0, 2 % count])
+        said = answer_instruction(form)
+        example = re.search(r"options ([A-Z]) and ([A-Z]) would be written ([A-Z]),([A-Z])", said)
+        assert example, said
+        assert not set(example.groups()) & set(ascii_uppercase[:count]), said
+        assert "A,C" not in said
+
+
 def test_material_line_names_the_folder_never_the_file():
     part = Part("text\n")
     task = Task("s", "u", "c", [part], Form("open", "Q?", answers=["x"]))

@@ -53,7 +53,7 @@ def test_each_qa_type_right_and_wrong(row, right, wrong):
 def test_f1_options_reach_the_scorers():
     config = RewardConfig(multi_choice="f1", open="f1")
     assert reward(MULTI, "A", config=config).value == pytest.approx(2 / 3)
-    assert reward(OPEN, "Paris, France", config=config).value == pytest.approx(2 / 3)
+    assert reward(OPEN, "Paris France", config=config).value == pytest.approx(2 / 3)  # "Paris, France": two answers, 0
 
 
 def test_a_task_row_object_is_accepted():

@@ -42,7 +42,7 @@ def test_letters_outside_the_options_are_wrong_not_ignored():
     assert verdict.correct == 0.0
     assert verdict.detail["extracted"] == ["A", "C", "F"] and verdict.detail["outside_options"] == ["F"]
     f1 = score("A, C, F", mode="f1")
-    assert f1.correct == pytest.approx(0.8)  # precision 2/3, recall 1
+    assert f1.correct == 0.0 and f1.detail["wrong"] == ["F"]  # a wrong letter: no partial credit (issue 22)
 
 
 def test_a_repeated_letter_counts_once_and_is_recorded():
@@ -50,12 +50,14 @@ def test_a_repeated_letter_counts_once_and_is_recorded():
     assert verdict.correct == 1.0 and verdict.detail["repeated"] == ["A"]
 
 
+# issue 22: plain set F1 paid 0.5 for "A, B", 0.8 for "A, C, E" and 4/7 for every option; a wrong
+# letter now scores 0 (the set's F1, precision and recall stay in `detail`)
 @pytest.mark.parametrize("answer, f1, precision, recall", [
     ("A, C", 1.0, 1.0, 1.0),
     ("A", 2 / 3, 1.0, 0.5),
-    ("A, B", 0.5, 0.5, 0.5),
-    ("A, C, E", 0.8, 2 / 3, 1.0),
-    ("A, B, C, D, E", 4 / 7, 0.4, 1.0),  # choosing everything is not rewarded like the right set
+    ("A, B", 0.0, 0.5, 0.5),
+    ("A, C, E", 0.0, 2 / 3, 1.0),
+    ("A, B, C, D, E", 0.0, 0.4, 1.0),  # choosing everything earns nothing
     ("B, D", 0.0, 0.0, 0.0),
     ("nothing", 0.0, None, None),
 ])

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from insandbox.rl.rewards import RewardResult
+from insandbox.rl.rewards import RewardConfig, RewardResult
 from insandbox.rl.rollout import RolloutConfig, Rollouts, Sampled, check_record
 from insandbox.rl.rollout.backends.scripted import ScriptedGenerator
 from tests.helpers import containers_with_label, owner_of
@@ -118,3 +118,85 @@ def test_a_reward_function_that_raises_gives_the_error_value(smollm_tokenizer, d
     rec = run_async(r.run(ROW, ScriptedGenerator(r.chat, [{"turns": [call("submit")]}])))
     assert rec.exit_reason == "submitted" and rec.reward == r.reward_config.error_value
     assert rec.reward_detail["error"] == "ZeroDivisionError: oops"
+
+
+# ---------------------------------------------------------------------- issue 22: what failures are worth
+PENALTIES = RewardConfig(no_answer_penalty=-0.25, max_steps_penalty=-0.25, truncation_penalty=-0.5)  # smoke's
+
+
+def _scored(tokenizer, image, **config) -> Rollouts:
+    """Rollouts scored by the real reward (compute_reward) with the smoke preset's penalties."""
+    return Rollouts(tokenizer, RolloutConfig(image=image, **config), PENALTIES)
+
+
+def test_breaking_the_sandbox_pays_less_than_any_honest_ending(smollm_tokenizer, docker_image, run_async):
+    """The model writes the right answer, raises the in-container server's OOM score and hogs memory:
+    the kernel kills the container. That is the model's doing (exit_cause "sandbox"): trained on (not
+    masked), at the sum of the penalties, below an honest wrong answer and below giving up."""
+    many_small = ("for i in $(seq 40); do python3 -c 'import time; a = b\"x\" * (12 << 20); time.sleep(60)' & "
+                  "done; wait")
+    r = _scored(smollm_tokenizer, docker_image, max_turns=3, memory="256m")
+    bomb = ScriptedGenerator(r.chat, [{"turns": [call("execute_bash", command="echo B > /testbed/answer.txt; "
+                                                  "echo 1000 > /proc/1/oom_score_adj; " + many_small)]}])
+    broken = run_async(r.run(ROW, bomb))
+    assert broken.exit_reason == "sandbox_error" and broken.exit_cause == "sandbox", broken.exit_detail
+    assert not broken.masked and broken.response_mask.count(1) > 0  # its sampled tokens are trained on
+    assert broken.reward == -1.0 and broken.reward_detail["penalties"] == {"broken_sandbox": -1.0}
+    assert broken.reward_detail["correct"] == 0.0  # the right answer it wrote first is not read
+
+    wrong = run_async(r.run(ROW, ScriptedGenerator(r.chat, [{"turns": [
+        call("execute_bash", command="echo A > /testbed/answer.txt"), call("submit")]}])))
+    gave_up = run_async(r.run(ROW, ScriptedGenerator(r.chat, [{"turns": [call("submit")]}])))
+    assert (wrong.exit_reason, wrong.reward) == ("submitted", 0.0)
+    assert (gave_up.exit_reason, gave_up.reward) == ("submitted", -0.25)
+    assert broken.reward < gave_up.reward < wrong.reward
+    assert containers_with_label("insandbox.run_id=task-1") == []
+
+
+def test_infrastructure_failures_and_time_limits_are_masked(smollm_tokenizer, docker_image, run_async):
+    """A sampler that dies after a turn (the inference server went away) and a rollout past its time
+    limit say nothing about the model: masked, with the error value, whatever tokens they sampled."""
+    r = _scored(smollm_tokenizer, docker_image, max_turns=4, timeout_s=5.0)
+    script = ScriptedGenerator(r.chat, [{"turns": [call("execute_bash", command="echo B > /testbed/answer.txt")]}])
+
+    async def dies_after_one_turn(context, params):
+        if script.calls:
+            raise RuntimeError("the inference server went away")
+        return await script(context, params)
+
+    failed = run_async(r.run(ROW, dies_after_one_turn))
+    assert failed.exit_reason == "internal_error" and failed.exit_cause == "infrastructure"
+    assert failed.masked and failed.reward == 0.0 and failed.reward_detail["masked"] is True
+    assert 1 in failed.response_mask  # one turn was sampled: masked all the same
+
+    script.calls = 0
+
+    async def stalls_after_one_turn(context, params):
+        if script.calls:
+            await asyncio.sleep(60)
+        return await script(context, params)
+
+    slow = run_async(r.run(ROW, stalls_after_one_turn))
+    assert slow.exit_reason == "time_limit" and slow.masked and slow.reward == 0.0
+    done = run_async(r.run(ROW, ScriptedGenerator(r.chat, [{"turns": [call("submit")]}])))
+    assert not done.masked and done.exit_cause is None
+    assert containers_with_label("insandbox.run_id=task-1") == []
+
+
+def test_a_last_turn_cut_by_the_budget_is_truncated(smollm_tokenizer, docker_image, run_async):
+    """Regression (issue 22): the last allowed turn, cut by the response budget, ended as max_steps
+    with truncated false (the step ended the episode before the budget was looked at): the max-steps
+    penalty instead of the truncation one, and grpo.mask_truncated missed it."""
+    from insandbox.rl.trainers.rollout_hook import SandboxRollouts
+
+    r = _scored(smollm_tokenizer, docker_image, max_turns=2, max_response_tokens=600, max_tokens_per_turn=8192)
+    gen = ScriptedGenerator(r.chat, [{"turns": [call("execute_bash", command="echo B > /testbed/answer.txt"),
+                                                "word " * 2000]}])  # the last turn runs past the budget
+    rec = run_async(r.run(ROW, gen))
+    assert rec.truncated and rec.exit_reason == "context_length" and "budget of 600" in rec.exit_detail
+    assert len(rec.response_ids) == 600 and rec.response_ids[-1] not in r.chat.stop_token_ids
+    assert rec.reward == 1.0 - 0.5 and rec.reward_detail["penalties"] == {"truncation": -0.5}  # the answer counts
+    assert check_record(rec, r.chat) == []
+    assert rec.trajectory["steps"][-1]["tool_calls"] == [] and rec.num_turns == 2
+    hook = SandboxRollouts(rollouts=None, rows={}, out=None, concurrency=1, mask_truncated=True)
+    assert hook._for_trl([rec], pad_id=0)["env_mask"] == [[0] * 600]

@@ -84,3 +84,17 @@ def test_defaults_are_the_papers_algorithm():
     g = TrainConfig().grpo
     assert (g.num_generations, g.prompts_per_step, g.beta, g.epsilon_high, g.learning_rate, g.scale_rewards,
             g.advantage, g.max_steps) == (8, 8, 0.0, 0.28, 1e-6, "none", "rloo", 100)
+
+
+def test_reward_paper_is_a_shorthand_that_merges_over_the_preset(tmp_path):
+    """`reward: paper` picks the official reward (issue 22) and keeps the preset's penalties."""
+    path = tmp_path / "train.yaml"
+    path.write_text("preset: smoke\nreward: paper\n")
+    config = load_config(path)
+    assert config.reward.scoring == "paper" and config.reward.no_answer_penalty == -0.25
+    assert config.reward_config().scoring == "paper"
+    assert load_config(None, {"preset": "smoke"}).reward.scoring == "strict"  # the default
+    assert TrainConfig(reward="paper").reward.scoring == "paper"
+    path.write_text("reward: generous\n")
+    with pytest.raises(ConfigError, match="no scoring"):
+        load_config(path)

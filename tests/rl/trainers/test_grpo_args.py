@@ -7,7 +7,7 @@ import pytest
 from trl import GRPOConfig
 
 from insandbox.rl.trainers.config import ConfigError, load_config
-from insandbox.rl.trainers.grpo_args import MAPPED_FIELDS, batch_layout, grpo_kwargs, rewards_for_trl
+from insandbox.rl.trainers.grpo_args import MAPPED_FIELDS, batch_layout, grpo_kwargs, rloo_factors
 
 
 def paper_args(**overrides) -> GRPOConfig:
@@ -60,13 +60,26 @@ def test_mapped_fields_are_grpo_config_fields():
     assert set(grpo_kwargs(config, Path("/x"))) <= MAPPED_FIELDS
 
 
-def test_rloo_rewards_give_trl_the_leave_one_out_advantage():
-    config = load_config(None, {"preset": "paper"})
-    rewards = [1.0, 0.0, 0.0, 1.0, 0.5, 0.0, 0.0, 0.0]
-    scaled = rewards_for_trl(rewards, config)
-    mean = sum(scaled) / len(scaled)
-    for i, r in enumerate(rewards):  # TRL's advantage (scaled reward - group mean) is RLOO's
-        others = [x for j, x in enumerate(rewards) if j != i]
-        assert scaled[i] - mean == pytest.approx(r - sum(others) / len(others))
-    grpo = load_config(None, {"preset": "paper", "grpo": {"advantage": "grpo"}})
-    assert rewards_for_trl(rewards, grpo) == rewards
+def test_rloo_factors_turn_trls_advantage_into_the_leave_one_out_one():
+    """TRL's advantage is the reward minus the mean of its group's scored rollouts (a masked one has
+    reward None: advantage 0, out of the mean); times the factor it is RLOO's over the scored ones.
+    (Before issue 22 the rewards themselves were scaled, so TRL logged G/(G-1) times the true reward.)"""
+    rewards = [1.0, 0.0, None, 1.0, 0.5, 0.0, None, 0.0,  # two masked rollouts in the first group
+               0.3, None, None, None, None, None, None, None]  # one scored rollout left: no baseline
+    n = 8
+    scored = [r is not None for r in rewards]
+    factors = rloo_factors(scored, n)
+    for start in range(0, len(rewards), n):
+        group = [r for r in rewards[start:start + n] if r is not None]
+        mean = sum(group) / len(group)
+        for i in range(start, start + n):
+            r = rewards[i]
+            trl_advantage = 0.0 if r is None else r - mean
+            others = [x for j, x in enumerate(rewards[start:start + n]) if x is not None and start + j != i]
+            rloo = 0.0 if r is None or not others else r - sum(others) / len(others)
+            assert trl_advantage * factors[i] == pytest.approx(rloo)
+    assert factors[:n] == [6 / 5] * n and factors[n:] == [1.0] * n
+    assert rloo_factors([True] * 8, 8) == [8 / 7] * 8  # no masking: G/(G-1)
+    assert rloo_factors(scored, n, advantage="grpo") == [1.0] * 16
+    with pytest.raises(ValueError, match="whole groups"):
+        rloo_factors([True] * 7, 8)

@@ -85,3 +85,43 @@ def test_a_step_is_one_json_row_and_one_console_line(tmp_path):
     assert len(lines) == 1 and lines[0] == console_line(row)
     assert "step 3/5" in lines[0] and "reward 0.500" in lines[0] and "max_steps 1 submitted 1" in lines[0]
     assert "spread 1/1 groups" in lines[0] and "check ok" in lines[0]
+
+
+def test_masked_rollouts_reach_trl_with_no_loss_and_no_reward(tmp_path):
+    """Issue 22: an infrastructure failure or a time limit was trained on with the error value as its
+    reward. Now its tokens are out of the loss and TRL gets None (no advantage, out of the group mean)."""
+    from insandbox.rl.trainers.reward_func import make_reward_func
+
+    failed = record("a", 0, 0.0, [5, 6, 7], [1, 0, 1], exit_reason="sandbox_error")
+    failed.masked, failed.exit_cause = True, "infrastructure"
+    slow = record("a", 1, 0.0, [5, 6], [1, 1], exit_reason="time_limit")
+    slow.masked = True
+    broken = record("a", 2, -1.0, [5, 6], [1, 1], exit_reason="sandbox_error")
+    broken.exit_cause = "sandbox"  # the model's doing: trained on, penalised
+    fine = record("a", 3, 1.0, [5, 6], [1, 1])
+    records = [failed, slow, broken, fine]
+    h = hook(mask_truncated=False)
+    out = h._for_trl(records, pad_id=2)
+    assert out["env_mask"] == [[0, 0, 0], [0, 0], [1, 1], [1, 1]]
+    assert out["rollout_scored"] == [False, False, True, True]
+    h.unlogged = None
+    rewards = make_reward_func(h)(prompts=[], completions=[], completion_ids=out["completion_ids"],
+                                  rollout_reward=out["rollout_reward"], rollout_scored=out["rollout_scored"])
+    assert rewards == [None, None, -1.0, 1.0]  # the records' own rewards, unscaled
+
+    summary = summarize(records, wall_s=10.0)
+    assert summary["masked"] == {"sandbox_error": 1, "time_limit": 1} and summary["broken_sandbox"] == 1
+    assert summary["reward_mean"] == 0.0 and summary["groups_with_spread"] == 1  # -1 and 1: the masked left out
+    b = RolloutBatch(step=1, summary=summary, check_mismatches=0, rollout_s=10.0, model_tokens=4, env_tokens=1,
+                     masked_truncated=0, records_file=str(tmp_path / "rollouts/step-00001.jsonl"),
+                     masked=summary["masked"], broken_sandbox=1)
+    scalars = batch_metrics(b)
+    assert scalars["rollout/masked"] == 2 and scalars["rollout/masked/time_limit"] == 1
+    assert scalars["rollout/masked/sandbox_error"] == 1 and scalars["rollout/broken_sandbox"] == 1
+    lines = []
+    log = StepLog(tmp_path, SimpleNamespace(batches=[b]), echo=lines.append)
+    log.on_log(None, SimpleNamespace(global_step=1, max_steps=1, is_world_process_zero=True), None,
+               logs={"loss": 0.0, "reward": 0.0})
+    row = json.loads((tmp_path / "metrics.jsonl").read_text())
+    assert row["masked"] == {"sandbox_error": 1, "time_limit": 1} and row["broken_sandbox"] == 1
+    assert "masked sandbox_error 1 time_limit 1" in lines[0] and "broken sandboxes 1" in lines[0]

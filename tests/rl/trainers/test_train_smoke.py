@@ -66,7 +66,9 @@ def test_every_step_has_a_finite_loss_and_logged_rewards(run):
         assert math.isfinite(row["loss"]) and math.isfinite(row["grad_norm"])
         step_records = records_of(run["out"] / row["records"])
         assert row["rollouts"] == len(step_records) == n
-        assert row["reward_mean"] == pytest.approx(sum(r.reward for r in step_records) / n)
+        scored = [r.reward for r in step_records if not r.masked]  # masked rollouts carry no reward (issue 22)
+        assert row["reward_mean"] == pytest.approx(sum(scored) / len(scored))
+        assert row["trl"]["reward"] == pytest.approx(row["reward_mean"])  # TRL logs the true reward, not x G/(G-1)
         assert sum(row["exit_reasons"].values()) == n and row["check_mismatches"] == 0
         assert row["time"]["rollout_s"] > 0 and row["time"]["train_s"] > 0
     console = [line for line in run["lines"] if line.startswith("[train] step")]
@@ -96,13 +98,14 @@ def test_the_loss_mask_trl_used_zeroes_every_environment_token(run):
         for row in range(ids.shape[0]):
             length = int(completion_mask[row].sum())
             record = by_ids[tuple(ids[row, :length].tolist())]
-            assert loss_mask[row, :length].tolist() == record.response_mask
+            expected = [0] * length if record.masked else record.response_mask  # a masked rollout: no loss
+            assert loss_mask[row, :length].tolist() == expected
             assert loss_mask[row, length:].sum() == 0
             trained_tokens += int(loss_mask[row].sum())
     all_records = records(run)
     g = run["config"].grpo
     assert len(run["seen"]) == 2 * g.num_generations // g.micro_batch  # every micro-batch of both steps
-    assert trained_tokens == sum(sum(r.response_mask) for r in all_records)  # = model tokens, nothing else
+    assert trained_tokens == sum(sum(r.response_mask) for r in all_records if not r.masked)  # model tokens only
     assert any(0 in r.response_mask for r in all_records)  # there were environment tokens to mask
     assert trained_tokens == sum(row["trained_tokens"] for row in metrics(run))
 

@@ -158,11 +158,11 @@ def test_worker_rollouts_become_verls_training_batch(setup):
         assert info["exit_reason"] == record.exit_reason and record.num_turns >= 1
     assert sorted(seen) == sorted((t["id"], s) for t in TASKS for s in range(N))
     # reward_extra_info: numbers verl can average, one array per key
-    for key in ("correct", "answered", "truncated", "failed", "model_turns", "tool_calls"):
+    keys = ["correct", "answered", "truncated", "failed", "masked", "broken_sandbox", "model_turns", "tool_calls"]
+    for key in keys:
         assert out.non_tensor_batch[key].shape == (rows,)
         assert all(isinstance(float(v), float) for v in out.non_tensor_batch[key])
-    assert sorted(out.meta_info["reward_extra_keys"]) == sorted(
-        ["correct", "answered", "truncated", "failed", "model_turns", "tool_calls"])
+    assert sorted(out.meta_info["reward_extra_keys"]) == sorted(keys)
 
     # the trainer's next step: RLOO advantages over each task's group, by verl
     assert list(out.non_tensor_batch["uid"]) == list(batch.non_tensor_batch["uid"])  # groups kept, in order
@@ -244,6 +244,10 @@ def test_loop_output_as_verls_v1_trainer_takes_it(setup):
     assert blank.response_ids == [loop.rollouts.chat.stop_token_ids[0]] and blank.response_mask == [0]
     assert blank.extra_fields["reward_extra_info"]["failed"] == 1.0
     assert blank.as_dict()["responses"].shape == (1,)
+    # when verl asked for logprobs it stacks every row's: one that sampled nothing (a rollout that timed out
+    # before its first token, among others that did) still has them, else the batch failed to assemble
+    asked = loop._output(empty, ServerManagerSampler(setup["client"], {"logprobs": True}, "rid"), "rid")
+    assert asked.response_logprobs == [0.0] and asked.response_mask == [0]
 
 
 def build_loop(setup) -> InSandboxAgentLoop:
@@ -262,3 +266,54 @@ def build_loop(setup) -> InSandboxAgentLoop:
         data_config=DictConfigWrap(config.data))
     assert isinstance(loop, InSandboxAgentLoop)
     return loop
+
+
+def test_masked_rollouts_leave_verls_loss_and_baselines(setup, monkeypatch):
+    """Issue 22 on the verl path: a rollout whose sandbox engine fails after a turn and one past its
+    time limit come out of verl's own worker with a response_mask of zeros (the actor's loss never
+    sees them) and `masked` in reward_extra_info; the recipe's estimator (insandbox_rloo) gives them
+    advantage 0 and leaves them out of their group's baseline. (Faults: tests/rl/trainers/faults.py.)"""
+    from verl.experimental.agent_loop import AgentLoopWorker
+    from verl.trainer.config import AlgoConfig
+    from verl.trainer.ppo.ray_trainer import compute_advantage
+
+    from tests.rl.trainers.faults import inject
+
+    # each task's first rollout: the engine fails after the first turn; the city's second: no step back
+    inject(monkeypatch, lambda row, sample: "engine" if sample == 0 else "slow" if (row["id"], sample) == ("city", 1)
+           else None, timeout_s=20.0)
+    config, n = setup["config"], 3
+    worker = AgentLoopWorker(config, setup["client"])
+    batch = training_batch(config, worker.tokenizer, n)
+    # uids of their own: the loop numbers a group's rollouts per uid, in the order verl starts them
+    batch.non_tensor_batch["uid"] = np.array([f"masking-{i // n}" for i in range(len(batch))], dtype=object)
+    out = asyncio.run(worker.generate_sequences(batch))
+
+    masked = [bool(v) for v in out.non_tensor_batch["masked"]]
+    reasons = [info["exit_reason"] for info in out.non_tensor_batch["insandbox"]]
+    assert masked == [True, False, False, True, True, False], reasons
+    assert reasons[0] == reasons[3] == "sandbox_error" and reasons[4] == "time_limit"
+    for i, is_masked in enumerate(masked):
+        mask = out.batch["response_mask"][i]
+        assert (int(mask.sum()) == 0) == is_masked
+    records = read_records(setup["records"])
+    failed = RolloutRecord(**records[out.non_tensor_batch["insandbox"][0]["request_id"]])
+    assert failed.masked and sum(failed.response_mask) > 0  # it did sample a turn: masked all the same
+
+    out.batch["token_level_rewards"] = out.batch["rm_scores"]
+    out.batch["rm_scores"][1, 0] += 1.0  # a spread in each group (the tiny model's answers all score alike)
+    out.batch["rm_scores"][5, 0] += 0.5
+    advantaged = compute_advantage(out, adv_estimator="insandbox_rloo", num_repeat=n,
+                                   config=AlgoConfig(adv_estimator="insandbox_rloo"))
+    advantages = advantaged.batch["advantages"]
+    scores = out.batch["rm_scores"].sum(-1)
+    uids = list(out.non_tensor_batch["uid"])
+    for i in range(len(masked)):
+        if masked[i]:
+            assert float(advantages[i].abs().sum()) == 0.0
+            continue
+        others = [float(scores[j]) for j in range(len(masked)) if uids[j] == uids[i] and j != i and not masked[j]]
+        expected = float(scores[i]) - sum(others) / len(others) if others else 0.0
+        valid = out.batch["response_mask"][i].bool()
+        assert torch.allclose(advantages[i][valid], torch.full_like(advantages[i][valid], expected))
+    assert float(advantages[1].abs().sum()) > 0  # the spread reached the kept rollouts

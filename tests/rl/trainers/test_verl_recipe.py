@@ -35,7 +35,8 @@ def test_trainer_config_is_the_papers_setting(monkeypatch):
     config = compose()
     rollout, actor = config.actor_rollout_ref.rollout, config.actor_rollout_ref.actor
     assert config.actor_rollout_ref.model.path == "Qwen/Qwen3-4B-Instruct-2507"
-    assert config.algorithm.adv_estimator == "rloo" and rollout.n == 8
+    # verl's RLOO with masked rollouts left out of the baseline (issue 22; verl_advantage.py)
+    assert config.algorithm.adv_estimator == "insandbox_rloo" and rollout.n == 8
     assert config.data.train_batch_size == 8 and actor.ppo_mini_batch_size == 8 and actor.ppo_epochs == 1
     assert actor.optim.lr == 1e-6 and actor.clip_ratio_low == 0.2 and actor.clip_ratio_high == 0.28
     assert actor.use_kl_loss is False and config.algorithm.use_kl_in_reward is False
@@ -48,6 +49,23 @@ def test_trainer_config_is_the_papers_setting(monkeypatch):
     assert rollout.multi_turn.enable is False  # turns are the agent loop's, not verl's tool loop
 
 
+def test_the_recipe_and_the_trl_paper_preset_agree(monkeypatch):
+    """Issue 22: weight decay 0.01 (TRL preset) against 0.0 (verl), 100 steps against total_epochs 1.
+    Both now have the official script's values (verl's actor defaults it keeps) and the paper's length."""
+    from insandbox.rl.trainers.config import load_config
+
+    monkeypatch.setenv("INSANDBOX_VERL_RECIPE", str(RECIPE))
+    verl, trl = compose(), load_config(None, {"preset": "paper"})
+    optim = verl.actor_rollout_ref.actor.optim
+    assert optim.weight_decay == trl.grpo.weight_decay == 0.01
+    assert verl.actor_rollout_ref.actor.grad_clip == trl.grpo.max_grad_norm == 1.0
+    assert verl.trainer.total_training_steps == trl.grpo.max_steps == 100
+    assert verl.trainer.total_epochs == 1000  # the official script's: the step limit ends the run
+    assert optim.lr == trl.grpo.learning_rate and verl.actor_rollout_ref.rollout.n == trl.grpo.num_generations
+    assert verl.data.train_batch_size == trl.grpo.prompts_per_step
+    assert verl.actor_rollout_ref.actor.clip_ratio_high == trl.grpo.epsilon_high
+
+
 @pytest.mark.parametrize("nnodes", [1, 2, 4])
 def test_trainer_config_passes_verls_validation(nnodes):
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
@@ -56,7 +74,7 @@ def test_trainer_config_passes_verls_validation(nnodes):
     config = compose([f"trainer.nnodes={nnodes}"])
     assert need_reference_policy(config) is False and need_critic(config) is False  # no KL: no reference model
     validate_config(config, use_reference_policy=False, use_critic=False)
-    assert omega_conf_to_dataclass(config.algorithm).adv_estimator == "rloo"
+    assert omega_conf_to_dataclass(config.algorithm).adv_estimator == "insandbox_rloo"
     assert omega_conf_to_dataclass(config.actor_rollout_ref.rollout).agent.default_agent_loop == "insandbox"
 
 

@@ -55,8 +55,12 @@ def answer_instruction(form: Form) -> str:
     if form.qa_type == "single-choice":
         return f"Write only the letter of the correct option ({_or_list(letters(form))}) to {ANSWER_FILE}."
     if form.qa_type == "multi-choice":
+        # the example's letters are never the task's own: a fixed "A,C" was the right answer of ~5% of tasks
+        spare = [x for x in ascii_uppercase if x not in letters(form)][-2:]
+        example = (f" (for example, options {spare[0]} and {spare[1]} would be written {spare[0]},{spare[1]})"
+                   if len(spare) == 2 else "")
         return (f"One or more options are correct. Write the letters of all the correct options to {ANSWER_FILE}, "
-                "in alphabetical order, separated by commas and nothing else (for example: A,C).")
+                f"in alphabetical order, separated by commas and nothing else{example}.")
     if form.answer_type == "number":
         return f"Write only the number to {ANSWER_FILE} (digits; no units, no thousands separators)."
     return (f"Write only the answer to {ANSWER_FILE}: a short phrase of a few words (in the material's own words "

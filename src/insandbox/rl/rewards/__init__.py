@@ -22,22 +22,42 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from .isolation import Reply, WorkerPool
-from .penalties import FAILURE_EXITS, no_answer, penalties
+from .penalties import FAILURE_EXITS, broken_sandbox_penalty, no_answer, penalties
 from .scoring import SCORED_FIELDS
+
+SCORINGS = ("strict", "paper")
 
 
 class RewardConfig(BaseModel):
-    multi_choice: Literal["exact", "f1"] = "exact"  # exact set of letters, or set F1
+    # strict: the scorers below (the default); paper: the official LLM-in-Sandbox-RL reward (paper.py),
+    # which pays for hedging as published
+    scoring: Literal["strict", "paper"] = "strict"
+    multi_choice: Literal["exact", "f1"] = "exact"  # exact set of letters, or set F1 (a wrong letter: 0)
     open: Literal["exact", "f1"] = "exact"  # normalised exact match, or token F1 (best alias)
     no_answer_penalty: float = 0.0  # added when the sandbox holds no answer file (or an empty one)
     max_steps_penalty: float = 0.0  # added when the episode ran out of steps (or was stuck)
     truncation_penalty: float = 0.0  # added when the response ran out of tokens
+    # the reward of a sandbox broken by its own processes; None: the sum of the negative penalties above
+    # (a value above that sum is lowered to it: breaking the sandbox never beats any other ending)
+    broken_sandbox_penalty: Optional[float] = Field(default=None, le=0)
     timeout_s: float = Field(default=10.0, gt=0)  # a scorer taking longer gives error_value
     error_value: float = 0.0  # the correctness used when scoring failed or timed out (penalties still add)
     max_answer_chars: int = Field(default=10_000, gt=0)  # a longer answer scores 0 without being read
+
+    @model_validator(mode="after")
+    def _paper_is_whole(self) -> RewardConfig:
+        if self.scoring == "paper":
+            if self.multi_choice != "exact" or self.open != "exact":
+                raise ValueError("scoring 'paper' fixes how every qa_type is scored: leave multi_choice and open "
+                                 "unset")
+            import importlib.util
+
+            if importlib.util.find_spec("rouge_score") is None:
+                raise ValueError("scoring 'paper' needs rouge-score (pip install rouge-score; in the rl extra)")
+        return self
 
 
 @dataclass
@@ -47,6 +67,7 @@ class Outcome:
     answer: Optional[str]  # the answer file's text; None when there was none
     exit_reason: str  # an insandbox.ExitReason value
     truncated: bool = False  # the response hit its token budget
+    exit_cause: Optional[str] = None  # a failure's: "sandbox" (its own processes broke it) or "infrastructure"
 
 
 @dataclass
@@ -74,10 +95,13 @@ def _plan(row: Any, outcome: Outcome, config: Optional[RewardConfig]) -> _Plan:
         row = row.model_dump(mode="json")
     if not isinstance(row, dict):
         raise TypeError(f"a row is a dict (TaskRow.as_record()), got {type(row).__name__}")
-    applied = penalties(outcome, config)
     detail: dict[str, Any] = {"qa_type": row.get("qa_type") or "open", "exit_reason": str(outcome.exit_reason)}
+    if broken_by_itself(outcome):  # the model's doing: never scored, never better than any other ending
+        detail.update(broken_sandbox=True, why="the sandbox was broken by what ran in it: the answer is not read")
+        return _Plan(config, {"broken_sandbox": broken_sandbox_penalty(config)}, detail, correct=0.0)
+    applied = penalties(outcome, config)
     if str(outcome.exit_reason) in FAILURE_EXITS:
-        detail["exit_failure"] = True  # says nothing about the model: a trainer may drop this rollout
+        detail["exit_failure"] = True  # says nothing about the model: a trainer leaves this rollout out
     plan = _Plan(config, applied, detail)
     if no_answer(outcome):
         detail["why"] = "no answer file" if outcome.answer is None else "empty answer file"
@@ -94,8 +118,18 @@ def _plan(row: Any, outcome: Outcome, config: Optional[RewardConfig]) -> _Plan:
     fields = {k: row.get(k) for k in SCORED_FIELDS}
     if fields.get("options") or fields.get("qa_type") not in ("single-choice", "multi-choice"):
         fields["problem_statement"] = ""  # only a choice row without options reads its options there
-    plan.job = [fields, answer, config.multi_choice, config.open]
+    plan.job = [fields, answer, config.multi_choice, config.open, config.scoring]
     return plan
+
+
+def broken_by_itself(outcome: Outcome) -> bool:
+    """A sandbox_error that the sandbox's own processes caused (exit_cause "sandbox")."""
+    return str(outcome.exit_reason) == "sandbox_error" and outcome.exit_cause == "sandbox"
+
+
+def broken_sandbox_reward(row: dict, config: Optional[RewardConfig] = None) -> RewardResult:
+    """What a rollout whose sandbox its own processes broke gets (no scoring: the sandbox is gone)."""
+    return _finish(_plan(row, Outcome(None, "sandbox_error", exit_cause="sandbox"), config))
 
 
 def _finish(plan: _Plan, reply: Optional[Reply] = None) -> RewardResult:
@@ -190,5 +224,5 @@ def stop_reward_workers() -> None:
 
 atexit.register(stop_reward_workers)
 
-__all__ = ["Outcome", "RewardConfig", "RewardResult", "compute_reward", "compute_reward_sync",
-           "start_reward_workers", "stop_reward_workers"]
+__all__ = ["Outcome", "RewardConfig", "RewardResult", "broken_by_itself", "broken_sandbox_reward", "compute_reward",
+           "compute_reward_sync", "start_reward_workers", "stop_reward_workers"]

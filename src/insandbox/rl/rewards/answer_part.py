@@ -25,6 +25,37 @@ class AnswerPart:
     source: str  # "boxed", "label", "whole" or "empty" (only thinking, or nothing)
 
 
+# what may stand between values that are offered as alternatives: separators, "or"/"and", logic and
+# set connectives (LaTeX or Unicode), dollar signs
+CONNECTIVES = re.compile(
+    r"\\(?:lor|land|vee|wedge|cup|cap|bigvee|bigwedge|bigcup|bigcap|text\s*\{\s*(?:or|and)\s*\})(?![A-Za-z])"
+    r"|[∨∧∪∩]|\b(?:or|and)\b", re.I)
+_BETWEEN = re.compile(r"(?:[\s,;/&+|$，、；]|\\[,;:! ]|\\q?quad\b)+")
+
+
+def several_boxed(text: str) -> list[str]:
+    """The contents of two or more \\boxed{} that differ and have nothing but separators or
+    connectives around them ("\\boxed{2} \\lor \\boxed{3}", "\\boxed{2}, \\boxed{3}"): alternatives,
+    where the last box alone would win. [] for any other text."""
+    text = strip_thinking(text)
+    boxes, rest, start = [], [], 0
+    while (at := text.find("\\boxed{", start)) != -1:
+        i, depth = at + len("\\boxed{"), 1
+        while i < len(text) and depth:
+            depth += {"{": 1, "}": -1}.get(text[i], 0)
+            i += 1
+        if depth:
+            break
+        rest.append(text[start:at])
+        boxes.append(text[at + len("\\boxed{"):i - 1].strip())
+        start = i
+    rest.append(text[start:])
+    outside = _BETWEEN.sub("", CONNECTIVES.sub("", "".join(rest)))
+    if len(set(boxes)) > 1 and not outside:
+        return boxes
+    return []
+
+
 def unwrap_latex_text(text: str) -> str:
     previous = None
     while previous != text:  # nested wrappers: \textbf{\text{C}}

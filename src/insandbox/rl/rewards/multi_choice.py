@@ -8,8 +8,13 @@ and nothing else, in one of these shapes:
 - a run of upper-case letters and nothing else: "AC", "ACD" (how many exams write them);
 - one box per letter: "\\boxed{A}, \\boxed{C}".
 Anything else states no set and scores 0 ("A and maybe C", "A, C are wrong"). A letter outside
-the options is a wrong letter, never dropped: the set then differs from the gold set, and in set
-F1 it lowers precision. A letter written twice counts once (recorded in `detail`).
+the options is a wrong letter, never dropped. A letter written twice counts once (recorded in
+`detail`).
+
+Set F1 (`multi_choice="f1"`) gives partial credit only for a subset of the right letters: any wrong
+letter scores 0. Plain set F1 paid for hedging (every option of five, two right: 0.57, more than an
+honest wrong answer's 0); here selecting everything scores 0, and an honest partial answer ("A" of
+"A,C": 0.67) always beats it.
 """
 from __future__ import annotations
 
@@ -87,5 +92,9 @@ def score_multi_choice(answer: str, ground_truth: object, options: object, probl
         detail["outside_options"] = outside
     if mode == "f1":
         f1, precision, recall = set_f1(set(predicted), set(gold))
+        wrong = sorted(set(predicted) - set(gold))
+        if wrong:  # hedging: partial credit is for a subset of the right set, never a superset
+            return Verdict(0.0, {**detail, "f1": f1, "precision": precision, "recall": recall, "wrong": wrong,
+                                 "why": "a wrong letter: partial credit only for a subset of the right letters"})
         return Verdict(f1, {**detail, "f1": f1, "precision": precision, "recall": recall})
     return Verdict(1.0 if predicted == gold else 0.0, detail)

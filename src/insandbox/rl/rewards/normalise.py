@@ -10,6 +10,13 @@ Here, in addition:
   comma; "1,5" stays "1,5", no locale is guessed), "-4" keeps its sign and "−4" (U+2212) is "-4";
 - each Han, kana or other CJK ideograph is its own token, so token F1 works on text written without
   spaces (as multilingual SQuAD evaluations do).
+
+`clean` is what every scorer applies first, to the answer and to the references: invisible
+format characters go (zero-width space and joiners, word joiner, byte-order mark, soft hyphen,
+direction marks: Unicode category Cf), NFKC folds compatibility forms (full-width "Ａ" is "A",
+"１２" is "12"), and every decimal digit of any script is its ASCII digit (Arabic-Indic "٤٢" is
+"42"; the Arabic decimal and thousands separators become "." and ","). Without it a correct answer
+written with them scored 0.
 """
 from __future__ import annotations
 
@@ -29,6 +36,26 @@ _MINUS_SIGNS = str.maketrans({"\u2212": "-", "\u2012": "-", "\u2013": "-", "\uFE
 _ASCII_PUNCTUATION = set(string.punctuation)
 # ideographs and kana: written without spaces, one token each
 _CJK = re.compile(r"([\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002fa1f])")
+
+
+# the Arabic decimal separator and thousands separator, as the ASCII ones
+_ARABIC_SEPARATORS = {"\u066b": ".", "\u066c": ","}
+
+
+def _clean_char(ch: str) -> str:
+    if ch.isascii():
+        return ch
+    if unicodedata.category(ch) == "Cf":  # invisible: zero-width space, joiners, BOM, direction marks
+        return ""
+    if ch in _ARABIC_SEPARATORS:
+        return _ARABIC_SEPARATORS[ch]
+    digit = unicodedata.decimal(ch, None)
+    return str(digit) if digit is not None else ch
+
+
+def clean(text: str) -> str:
+    """Invisible characters dropped, compatibility forms folded, every script's digits as ASCII."""
+    return "".join(_clean_char(ch) for ch in unicodedata.normalize("NFKC", text))
 
 
 def _is_punctuation(ch: str) -> bool:

@@ -4,9 +4,11 @@ The answer part (answer_part.py) must state exactly one number, so hedging gets 
 - accepted: "42", "42.0", "+42", "$42", "$42$", "\\boxed{42}", "42 apples", "about 42", "x = 42",
   "1,000" (= 1000), "4.2e1", "84/2", "\\frac{84}{2}", "42%" (a percent sign is ignored on both
   sides: "42%" equals "42", not "0.42");
-- refused: "41 or 42", "between 40 and 45" (several numbers), "forty-two" (no number), unless a
-  reference says the same in words (every answer is also compared with every reference by
-  normalised exact match).
+- refused: "41 or 42", "between 40 and 45" (several numbers), "2 \\lor 3", "x=2 \\vee x=3",
+  "3 \\land 4", "2 \\cup 3" (values joined by a logical or set connective, which math-verify would
+  otherwise read as one of them), "\\boxed{2} or \\boxed{3}" (several boxes offered as
+  alternatives), "forty-two" (no number), unless a reference says the same in words (every
+  answer is also compared with every reference by normalised exact match).
 Text with LaTeX commands left after unwrapping (\\frac, \\sqrt, ...) goes to math-verify whole.
 math-verify's own timeouts are off (they use SIGALRM and cannot stop C code): the caller bounds
 the time (isolation.py runs this in a process it can kill).
@@ -17,7 +19,7 @@ import re
 import unicodedata
 from typing import Optional
 
-from .answer_part import answer_part, clip, unwrap_latex_text
+from .answer_part import CONNECTIVES, answer_part, clip, several_boxed, unwrap_latex_text
 from .normalise import normalise
 from .verdict import Verdict
 
@@ -49,6 +51,8 @@ def read_number(text: str) -> tuple[Optional[str], str]:
     text = _LATEX_SPACING.sub(" ", unwrap_latex_text(text)).replace("\\%", "%").replace("\\$", "$")
     text = _MATH_DELIMITERS.sub(" ", text).strip().rstrip(".")
     if "\\" in text:
+        if CONNECTIVES.search(text):  # "2 \\lor 3": a hedge, which math-verify scores as its last value
+            return None, "values joined by a connective (or, and, \\lor, \\vee, \\cup...): alternatives"
         return text, "LaTeX, compared whole"
     found = list(_NUMBER.finditer(text))
     if not found:
@@ -74,6 +78,9 @@ def score_number(answer: str, references: list[str]) -> Verdict:
               "read": how, "references": [clip(r) for r in references]}
     if not part.text:
         return Verdict(0.0, {**detail, "why": "no answer"})
+    boxes = several_boxed(answer)
+    if boxes:  # the last box would win: "\\boxed{2} or \\boxed{3}" is two guesses, not "3"
+        return Verdict(0.0, {**detail, "why": "several boxed answers: " + ", ".join(clip(b, 40) for b in boxes[:10])})
     said = normalise(part.text)
     for ref in references:
         if said and said == normalise(ref):

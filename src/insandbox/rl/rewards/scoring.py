@@ -4,6 +4,10 @@
     multi-choice   multi_choice.py   exact letter set, or set F1 (config.multi_choice = "f1")
     open, text     open_answer.py    normalised exact match, or token F1 (config.open = "f1"), best alias
     open, number   numbers.py        math-verify, any alias
+    (scoring="paper": paper.py, the official LLM-in-Sandbox-RL reward, for every qa_type)
+
+Every answer and reference goes through normalise.clean first (invisible characters, full-width
+forms, other scripts' digits), so "Ａ", "٤٢" and "Par\u200bis" are read as "A", "42" and "Paris".
 
 A broken row (ground truth that is no letter, options that miss the ground truth, an unknown
 qa_type) raises: the caller turns that into an error result, never into a silent 0.
@@ -15,8 +19,10 @@ import logging
 from typing import Any
 
 from .multi_choice import score_multi_choice
+from .normalise import clean
 from .numbers import score_number
 from .open_answer import score_open_text
+from .paper import score_paper
 from .single_choice import score_single_choice
 from .verdict import Verdict
 
@@ -35,12 +41,18 @@ def references(fields: dict) -> list[str]:
     aliases = fields.get("aliases") or []
     if not isinstance(aliases, (list, tuple)):
         raise ValueError(f"aliases must be a list, got {aliases!r:.80}")
-    return [_text(fields.get("ground_truth"), "ground_truth")] + [_text(a, "an alias") for a in aliases]
+    return [clean(_text(fields.get("ground_truth"), "ground_truth"))] + [clean(_text(a, "an alias")) for a in aliases]
 
 
-def score_answer(fields: dict, answer: str, multi_choice: str = "exact", open_mode: str = "exact") -> Verdict:
+def score_answer(fields: dict, answer: str, multi_choice: str = "exact", open_mode: str = "exact",
+                 scoring: str = "strict") -> Verdict:
     qa_type = fields.get("qa_type") or "open"  # the row schema's default
-    if qa_type == "single-choice":
+    answer = clean(answer)
+    if scoring == "paper":
+        verdict = score_paper(fields, answer, references(fields) if qa_type == "open" else [])
+    elif scoring != "strict":
+        raise ValueError(f"unknown scoring {scoring!r:.40} (strict or paper)")
+    elif qa_type == "single-choice":
         verdict = score_single_choice(answer, fields.get("ground_truth"), fields.get("options"),
                                       fields.get("problem_statement") or "")
     elif qa_type == "multi-choice":
@@ -67,7 +79,7 @@ def warm_up() -> None:
     score_number("1", ["1.0"])
 
 
-def score_in_worker(fields: dict, answer: str, multi_choice: str, open_mode: str) -> dict:
+def score_in_worker(fields: dict, answer: str, multi_choice: str, open_mode: str, scoring: str = "strict") -> dict:
     """score_answer as JSON, for isolation.WorkerPool."""
-    verdict = score_answer(fields, answer, multi_choice, open_mode)
+    verdict = score_answer(fields, answer, multi_choice, open_mode, scoring)
     return {"correct": verdict.correct, "detail": verdict.detail}

@@ -13,8 +13,12 @@ One rollout of one task row:
     reward = compute_reward(row, answer file, exit reason)
 
 Many rollouts run at once, each in its own sandbox; `run_groups` makes GRPO groups of n samples
-per task. A rollout never raises: a broken sandbox, a failing sampler or a rollout past its
-timeout gives a record with the exit reason, the error and the reward config's error value.
+per task. A rollout never raises: a failing sampler, an engine fault or a rollout past its timeout
+gives a record with the exit reason, the error, the reward config's error value and `masked` set
+(trainers leave it out of the loss: it says nothing about the model). A sandbox its own processes
+broke (exit_cause "sandbox") is the model's doing: it is trained on, with the broken-sandbox
+penalty. A turn cut by the response budget ends the rollout as context_length, truncated, its
+tool calls not run.
 """
 from __future__ import annotations
 
@@ -25,49 +29,47 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from ...agent.env import EnvConfig, SandboxEnv, Task
 from ...agent.loop import step_record
-from ...core import defaults
+from ...config import SandboxSettings
 from ...core.episode import Episode, ExitReason
 from ...core.trajectory import SkippedOutput, Trajectory
 from ...models.base import ModelReply, Usage
 from ...models.tool_text import parse_text_tool_calls
 from ...prompts import PromptConfig, load_prompt_config
-from ...sandbox import SandboxLimits, Skipped
+from ...sandbox import Skipped
 from ...sandbox.pool import SandboxPool
-from ..rewards import Outcome, RewardConfig, RewardResult
+from ..rewards import Outcome, RewardConfig, RewardResult, broken_sandbox_reward
 from .chat import ChatFormat
 from .types import GenerateFn, RolloutRecord, SamplingParams
 
 log = logging.getLogger(__name__)
 
 PROMPTS = Path(__file__).resolve().parents[1] / "prompts.yaml"
+# besides the failures (model_error, internal_error, an engine's sandbox_error): endings that say
+# nothing about the model, so trainers leave the rollout out of the loss
+MASKED_EXITS = frozenset({ExitReason.TIME_LIMIT, ExitReason.INTERRUPTED})
 RewardFn = Callable[[dict, Outcome, RewardConfig], Awaitable[RewardResult]]
 
 
-class RolloutConfig(BaseModel):
-    """How rollouts run (also the `rollout:` section of a training config)."""
+class RolloutConfig(SandboxSettings):
+    """How rollouts run (also the `rollout:` section of a training config). The sandbox's fields (image,
+    limits, network, command timeout, output limit...) are those of a run, declared and checked once
+    (config/sections.py)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", frozen=False)
 
     max_turns: int = Field(default=16, ge=1)  # model turns per episode
     max_response_tokens: int = Field(default=8192, ge=16)  # model and environment tokens after the prompt
     max_tokens_per_turn: int = Field(default=2048, ge=1)
     temperature: float = Field(default=1.0, ge=0)
     top_p: float = Field(default=1.0, gt=0, le=1)
-    timeout_s: float = Field(default=900.0, gt=0)  # a whole rollout; past it the reward is the error value
+    timeout_s: float = Field(default=900.0, gt=0)  # a whole rollout; past it the rollout is masked
     stuck_after: Optional[int] = Field(default=None, ge=2)  # end early after identical steps (off, as in the paper)
     prompt_config: Optional[Path] = None  # default: rl/prompts.yaml (material in /testbed/documents)
     template_kwargs: dict[str, Any] = Field(default_factory=dict)  # e.g. {"enable_thinking": false}
-    image: str = defaults.IMAGE
-    memory: Optional[str] = defaults.MEMORY
-    cpus: Optional[float] = defaults.CPUS
-    pids_limit: Optional[int] = defaults.PIDS
-    network: str = defaults.NETWORK
-    command_timeout: float = Field(default=defaults.COMMAND_TIMEOUT_S, gt=0)
-    output_limit_chars: int = Field(default=defaults.OUTPUT_LIMIT, ge=200)
     pool: bool = True  # rollouts of a run_groups() call share a pool of started sandboxes (sandbox/pool.py)
     recycle: bool = True  # ...recycled between rollouts where the engine allows (sandbox/recycle.py)
 
@@ -75,10 +77,8 @@ class RolloutConfig(BaseModel):
         return load_prompt_config(self.prompt_config or PROMPTS)
 
     def env_config(self, run_id: str = "") -> EnvConfig:
-        return EnvConfig(prompts=self.prompts(), image=self.image, run_id=run_id, max_steps=self.max_turns,
-                         stuck_after=self.stuck_after, command_timeout=self.command_timeout,
-                         output_limit_chars=self.output_limit_chars,
-                         limits=SandboxLimits(self.memory, self.cpus, self.pids_limit, self.network))
+        return EnvConfig(prompts=self.prompts(), run_id=run_id, max_steps=self.max_turns,
+                         stuck_after=self.stuck_after, **self.env_fields())
 
 
 class Rollouts:
@@ -135,16 +135,21 @@ class Rollouts:
             state.episode.end_on_error(e)
             log.warning("rollout %s failed: %s", state.record.id, e)
         rec = state.record
-        rec.exit_reason = state.episode.exit_reason.value if state.episode.exit_reason else None
-        rec.exit_detail = state.episode.exit_detail
-        rec.exit_cause = state.episode.exit_cause
-        failed = state.episode.exit_reason is not None and state.episode.exit_reason.is_failure
+        episode = state.episode
+        rec.exit_reason = episode.exit_reason.value if episode.exit_reason else None
+        rec.exit_detail = episode.exit_detail
+        rec.exit_cause = episode.exit_cause
         t_reward = time.perf_counter()
-        outcome = Outcome(answer=state.answer, exit_reason=rec.exit_reason or "", truncated=rec.truncated)
-        if failed or state.episode.exit_reason is ExitReason.TIME_LIMIT:
-            reward = RewardResult(value=self.reward_config.error_value,
-                                  detail={"why": f"no reward: {rec.exit_reason}: {rec.exit_detail}"},
-                                  error=rec.exit_detail)
+        outcome = Outcome(answer=state.answer, exit_reason=rec.exit_reason or "", truncated=rec.truncated,
+                          exit_cause=rec.exit_cause)
+        if episode.exit_reason is ExitReason.SANDBOX_ERROR and episode.exit_cause == "sandbox":
+            # the model broke its own sandbox: trained on, at the worst penalty (whatever reward_fn would say)
+            reward = broken_sandbox_reward(row, self.reward_config)
+        elif episode.exit_reason in MASKED_EXITS or episode.exit_reason is None or episode.exit_reason.is_failure:
+            rec.masked = True  # nothing the model did: no reward to learn from
+            reward = RewardResult(value=self.reward_config.error_value, error=rec.exit_detail,
+                                  detail={"why": f"no reward, left out of the loss: {rec.exit_reason}: "
+                                                 f"{rec.exit_detail}", "masked": True})
         else:
             try:
                 reward = await self.reward_fn(row, outcome, self.reward_config)
@@ -201,18 +206,28 @@ class Rollouts:
                 messages.append(assistant)
                 calls, rest, errors = parse_text_tool_calls(assistant["content"])
                 rec.num_turns += 1
-                rec.tool_calls += len(calls)
                 t_env = time.perf_counter()
                 if not state.started:  # the sandbox started while the first turn was sampled
                     await starting
                     state.started = True
-                result = await env.step(calls, errors, tokens=len(context) + len(ids), as_text=True)
-                state.env_s += time.perf_counter() - t_env
-                messages.extend(result.messages)
                 reply = ModelReply(content=rest, tool_calls=calls, message=assistant,
                                    usage=Usage(prompt_tokens=len(context), completion_tokens=len(ids)),
                                    finish_reason="stop" if stopped else "length", latency_s=latency,
                                    started_at=started, tool_calls_from_text=True, tool_call_errors=errors)
+                if not stopped and len(rec.response_ids) >= cfg.max_response_tokens:
+                    # the budget cut this turn: the rollout ends here, before the step could end it another
+                    # way (a last turn would otherwise read as max_steps, untruncated); its calls are not run
+                    rec.truncated = True
+                    env.episode.end(ExitReason.CONTEXT_LENGTH, f"the response reached its budget of "
+                                                               f"{cfg.max_response_tokens} tokens mid-turn")
+                    reply.notes.append(f"cut at the response budget: {len(calls)} tool call(s) not run")
+                    traj.add_step(step_record(rec.num_turns, reply, None))
+                    state.env_s += time.perf_counter() - t_env
+                    break
+                rec.tool_calls += len(calls)
+                result = await env.step(calls, errors, tokens=len(context) + len(ids), as_text=True)
+                state.env_s += time.perf_counter() - t_env
+                messages.extend(result.messages)
                 traj.add_step(step_record(rec.num_turns, reply, result))
                 if result.done:
                     break

@@ -1,4 +1,7 @@
-"""Figures over a batch of rollouts: what the trainer logs each step and `rl rollout` writes."""
+"""Figures over a batch of rollouts: what the trainer logs each step and `rl rollout` writes.
+
+The reward figures (mean, std, groups with spread) are over the rollouts a trainer learns from:
+masked ones (infrastructure failures, time limits) are counted apart, under "masked"."""
 from __future__ import annotations
 
 import math
@@ -19,10 +22,13 @@ def _std(values: list[float]) -> float:
 
 
 def summarize(records: list[RolloutRecord], wall_s: float) -> dict:
-    rewards = [r.reward for r in records]
+    # the rewards trainers learn from: a masked rollout's (the error value) is no reward at all
+    rewards = [r.reward for r in records if not r.masked]
     groups: dict[tuple[str, int], list[float]] = {}
     for r in records:
-        groups.setdefault((r.task_id, r.group), []).append(r.reward)
+        kept = groups.setdefault((r.task_id, r.group), [])
+        if not r.masked:
+            kept.append(r.reward)
     busy = sum(r.timings.get("wall_s", 0.0) for r in records)
     return {
         "rollouts": len(records),
@@ -38,6 +44,9 @@ def summarize(records: list[RolloutRecord], wall_s: float) -> dict:
         "model_tokens_mean": _mean([sum(r.response_mask) for r in records]),
         "truncated": sum(1 for r in records if r.truncated),
         "exit_reasons": dict(Counter(r.exit_reason or "none" for r in records)),
+        # left out of the loss, by exit reason (time_limit, model_error, an engine's sandbox_error...)
+        "masked": dict(Counter(r.exit_reason or "none" for r in records if r.masked)),
+        "broken_sandbox": sum(1 for r in records if r.exit_cause == "sandbox"),  # trained on, penalised
         # where a rollout's time went: sampling, the sandbox (start wait, tool calls, answer), the rest
         "sandbox_share": sum(r.timings.get("env_s", 0.0) for r in records) / busy if busy else math.nan,
         "generate_share": sum(r.timings.get("generate_s", 0.0) for r in records) / busy if busy else math.nan,

@@ -60,6 +60,9 @@ class RolloutRecord(BaseModel):
     exit_reason: Optional[str] = None
     exit_detail: Optional[str] = None
     exit_cause: Optional[str] = None  # a failure's: "sandbox" (its own processes broke it) or "infrastructure"
+    # left out of the loss: the rollout says nothing about the model (an infrastructure failure, the
+    # rollout's time limit, an interruption); its reward is the error value and trainers ignore it
+    masked: bool = False
     truncated: bool = False  # the response ran out of tokens
     num_turns: int = 0  # model turns
     tool_calls: int = 0

@@ -7,6 +7,7 @@
     grpo: {num_generations: 8, learning_rate: 1.0e-6, ...}     # GRPOSettings
     rollout: {max_turns: 16, ...}                             # RolloutConfig
     reward: {no_answer_penalty: 0.0, ...}                      # RewardConfig
+    reward: paper                # shorthand for reward: {scoring: paper} (the official reward), merged likewise
 
 Sections merge key by key over the preset; unknown keys are errors, never ignored. Relative
 paths are taken from where they are written: a preset's from the presets folder, a config
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any, Literal, Optional
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..rewards import RewardConfig
 from ..rollout.runner import RolloutConfig
@@ -94,6 +95,11 @@ class TrainConfig(BaseModel):
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     reward: _StrictReward = Field(default_factory=_StrictReward)
 
+    @field_validator("reward", mode="before")
+    @classmethod
+    def _reward_shorthand(cls, value: Any) -> Any:
+        return reward_section(value)
+
     @model_validator(mode="after")
     def _samples(self) -> TrainConfig:
         if self.rollout.temperature <= 0:
@@ -129,9 +135,26 @@ def _read_yaml(path: Path, what: str) -> dict:
     return raw
 
 
+def reward_section(value: Any) -> Any:
+    """`reward: paper` (or strict) is `reward: {scoring: paper}`; anything else as it is."""
+    if isinstance(value, str):
+        from ..rewards import SCORINGS
+
+        if value not in SCORINGS:
+            raise ValueError(f"reward: {value!r} is no scoring ({' or '.join(SCORINGS)}); settings go in a mapping")
+        return {"scoring": value}
+    return value
+
+
 def _resolve_paths(layer: dict, base: Path) -> dict:
-    """A layer's relative paths, made absolute from `base` (where the layer was written)."""
+    """A layer's relative paths, made absolute from `base` (where the layer was written), and the
+    reward shorthand expanded (so it merges over a preset's reward settings instead of replacing them)."""
     layer = dict(layer)
+    if "reward" in layer:
+        try:
+            layer["reward"] = reward_section(layer["reward"])
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
     for key in ("data", "out"):
         if isinstance(layer.get(key), str):
             layer[key] = str(base / Path(layer[key]).expanduser())

@@ -5,7 +5,7 @@
     grpo.micro_batch             (micro_batch) x steps_per_generation x processes = prompts x generations
     grpo.mini_batches         -> gradient_accumulation_steps = steps_per_generation / mini_batches
     grpo.beta, epsilon, epsilon_high, scale_rewards, loss_type, num_iterations -> the same names
-    grpo.advantage            -> rloo: the rewards handed to TRL are scaled by G/(G-1) (see rewards_for_trl)
+    grpo.advantage            -> rloo: TRL's advantages are scaled by k/(k-1) per group (see rloo_factors)
     grpo.learning_rate, lr_scheduler, warmup_steps, weight_decay, max_grad_norm, seed -> TrainingArguments
     grpo.precision            -> bf16 / fp16 autocast (fp32 weights and optimizer state)
     grpo.mask_truncated       -> our env_mask (by the record's truncated flag); TRL's own check is off
@@ -92,11 +92,19 @@ def grpo_kwargs(config: TrainConfig, out: Path, num_processes: int = 1, use_cpu:
     }
 
 
-def rewards_for_trl(rewards: list[float], config: TrainConfig) -> list[float]:
-    """The rewards TRL turns into advantages. TRL subtracts the group mean; RLOO subtracts the mean of
-    the other G-1 rollouts, which is the same difference scaled by G/(G-1): scaling the rewards by it
-    makes TRL's advantage exactly RLOO's (no std division follows, see GRPOSettings)."""
-    if config.grpo.advantage != "rloo":
-        return list(rewards)
-    g = config.grpo.num_generations
-    return [r * g / (g - 1) for r in rewards]
+def rloo_factors(scored: list[bool], num_generations: int, advantage: str = "rloo") -> list[float]:
+    """What each rollout's TRL advantage is multiplied by (trl_trainer.py) to be RLOO's.
+
+    TRL gets the true rewards, None for a masked rollout, and subtracts the mean of each group's scored
+    rollouts (a masked one gets advantage 0 and adds nothing to the mean). RLOO subtracts the mean of
+    the other k-1 scored rollouts of the group, which is the same difference times k/(k-1); no std
+    division follows (see GRPOSettings). A group with one scored rollout has no baseline: its
+    advantage is 0 either way. Scaling the advantages, not the rewards, keeps TRL's logged rewards true."""
+    if len(scored) % num_generations:
+        raise ValueError(f"{len(scored)} rollouts: not whole groups of {num_generations}")
+    factors = []
+    for start in range(0, len(scored), num_generations):
+        k = sum(1 for s in scored[start:start + num_generations] if s)
+        factor = k / (k - 1) if advantage == "rloo" and k > 1 else 1.0
+        factors += [factor] * num_generations
+    return factors

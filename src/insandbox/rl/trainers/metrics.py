@@ -1,10 +1,12 @@
 """Per-step metrics: one console line and one OUT/metrics.jsonl object per optimizer step.
 
 A row joins what TRL logged for the step (loss, grad norm, learning rate, its reward figures,
-under "trl") with the step's rollout batch (reward mean and std from the records, rollouts per
-minute, tool calls per rollout, exit reasons as counts, the sandbox's share of rollout time, the
-decode check) and where the time went (rollouts, the rest of the step: scoring, forward,
-backward and the optimizer). TensorBoard gets the same scalars through TRL's log.
+under "trl": the rollouts' true rewards, the RLOO factor goes to the advantages) with the step's
+rollout batch (reward mean and std from the records the loss learns from, rollouts per minute,
+tool calls per rollout, exit reasons as counts, masked rollouts by exit reason, sandboxes broken
+by their own processes, the sandbox's share of rollout time, the decode check) and where the time
+went (rollouts, the rest of the step: scoring, forward, backward and the optimizer). TensorBoard
+gets the same scalars through TRL's log.
 """
 from __future__ import annotations
 
@@ -71,6 +73,7 @@ class StepLog(TrainerCallback):
             row["exit_reasons"] = dict(s["exit_reasons"])
             row.update(check_mismatches=batch.check_mismatches, trained_tokens=batch.model_tokens,
                        env_tokens=batch.env_tokens, masked_truncated=batch.masked_truncated,
+                       masked=dict(batch.masked), broken_sandbox=batch.broken_sandbox,
                        records=str(Path(batch.records_file).relative_to(self.path.parent)))
         rollout_s = batch.rollout_s if batch is not None else 0.0
         row["time"] = {"step_s": round(self.step_s, 3), "rollout_s": round(rollout_s, 3),
@@ -94,8 +97,12 @@ def console_line(row: dict) -> str:
         parts += [f"reward {num('reward_mean', '.3f')} ± {num('reward_std', '.3f')}",
                   f"spread {row['groups_with_spread']}/{row['groups']} groups",
                   f"{row['rollouts']} rollouts {num('rollouts_per_min', '.3g')}/min",
-                  f"tools {num('tool_calls_per_rollout', '.2f')}/rollout", f"exits: {exits}",
-                  f"sandbox {'-' if share is None else format(share, '.0%')}",
+                  f"tools {num('tool_calls_per_rollout', '.2f')}/rollout", f"exits: {exits}"]
+        if row.get("masked"):
+            parts.append("masked " + " ".join(f"{k} {v}" for k, v in sorted(row["masked"].items())))
+        if row.get("broken_sandbox"):
+            parts.append(f"broken sandboxes {row['broken_sandbox']}")
+        parts += [f"sandbox {'-' if share is None else format(share, '.0%')}",
                   f"check {'ok' if not row['check_mismatches'] else str(row['check_mismatches']) + ' bad'}"]
     t = row["time"]
     parts.append(f"{t['step_s']:.0f}s (rollouts {t['rollout_s']:.0f}s, train {t['train_s']:.0f}s)")

@@ -10,9 +10,14 @@ prefix cache, policy_sampler.py), and returns per rollout:
     prompt_ids        the record's prompt ids
     completion_ids    the record's response ids: model turns and environment answers
     env_mask          the record's response mask (1: sampled by the model, 0: environment);
-                      all 0 for a truncated rollout when grpo.mask_truncated is on
-    logprobs          the sampler's log-probabilities (None at environment tokens)
+                      all 0 for a masked rollout, and for a truncated one when grpo.mask_truncated is on
+    logprobs          the sampler's log-probabilities (None at environment tokens): TRL carries them as
+                      sampling_per_token_logps but, as configured here, computes the loss from its own
+                      (see the README: which logprobs are used)
     rollout_reward    the record's reward, read by the reward function TRL calls next
+    rollout_scored    False for a masked rollout (record.masked: an infrastructure failure, a time
+                      limit): the reward function gives TRL None, so it has no advantage and no
+                      place in its group's baseline
 
 Every record is written to OUT/rollouts/step-NNNNN.jsonl, checked with check_record first.
 """
@@ -41,9 +46,12 @@ class RolloutBatch:
     rollout_s: float
     model_tokens: int  # tokens the loss sees (env_mask 1)
     env_tokens: int  # environment tokens in the completions (env_mask 0)
-    masked_truncated: int  # truncated rollouts left out of the loss
+    masked_truncated: int  # truncated rollouts left out of the loss (grpo.mask_truncated; they keep their reward)
     records_file: str
     problems: dict[str, list[str]] = field(default_factory=dict)
+    # masked rollouts (no reward, no loss) by exit reason, and sandboxes broken by their own processes
+    masked: dict[str, int] = field(default_factory=dict)
+    broken_sandbox: int = 0
 
 
 def task_groups(task_ids: list[str], n: int) -> list[str]:
@@ -69,6 +77,7 @@ class SandboxRollouts:
         self.mask_truncated = mask_truncated
         self.batches: list[RolloutBatch] = []
         self.unlogged: Optional[RolloutBatch] = None  # the newest batch, until the reward function logs it
+        self.last_scored: list[bool] = []  # per rollout of the newest batch: not masked (for the RLOO factors)
 
     def __call__(self, prompts: list, trainer: Any) -> dict[str, list]:
         from .policy_sampler import PrefixCachedSampler
@@ -91,6 +100,7 @@ class SandboxRollouts:
         batch = self._keep(records, step, wall, trainer.accelerator.process_index, trainer.accelerator.num_processes)
         self.batches.append(batch)
         self.unlogged = batch
+        self.last_scored = [not r.masked for r in records]
         return self._for_trl(records, trainer.processing_class.pad_token_id)
 
     # ------------------------------------------------------------------ records
@@ -105,31 +115,35 @@ class SandboxRollouts:
                 if found:
                     problems[record.id] = found
                 f.write(record.model_dump_json() + "\n")
-        masked = [r for r in records if self._masked(r)]
-        model_tokens = sum(sum(r.response_mask) for r in records if not self._masked(r))
+        summary = summarize(records, wall)
+        model_tokens = sum(sum(r.response_mask) for r in records if not self._no_loss(r))
         env_tokens = sum(len(r.response_mask) - sum(r.response_mask) for r in records)
-        return RolloutBatch(step=step, summary=summarize(records, wall), check_mismatches=len(problems),
-                            rollout_s=wall, model_tokens=model_tokens, env_tokens=env_tokens,
-                            masked_truncated=len(masked), records_file=str(path), problems=problems)
+        truncated = sum(1 for r in records if self._no_loss(r) and not r.masked)
+        return RolloutBatch(step=step, summary=summary, check_mismatches=len(problems), rollout_s=wall,
+                            model_tokens=model_tokens, env_tokens=env_tokens, masked_truncated=truncated,
+                            records_file=str(path), problems=problems, masked=dict(summary["masked"]),
+                            broken_sandbox=summary["broken_sandbox"])
 
-    def _masked(self, record: RolloutRecord) -> bool:
-        return self.mask_truncated and record.truncated
+    def _no_loss(self, record: RolloutRecord) -> bool:
+        """Out of the loss: a masked rollout, or a truncated one when grpo.mask_truncated is on."""
+        return record.masked or (self.mask_truncated and record.truncated)
 
     def _for_trl(self, records: list[RolloutRecord], pad_id: int) -> dict[str, list]:
         out: dict[str, list] = {"prompt_ids": [], "completion_ids": [], "logprobs": [], "env_mask": [],
-                                "rollout_reward": [], "rollout_id": []}
+                                "rollout_reward": [], "rollout_scored": [], "rollout_id": []}
         for r in records:
             ids, mask = list(r.response_ids), list(r.response_mask)
             logprobs = list(r.response_logprobs) if r.response_logprobs is not None else [None] * len(ids)
             if not ids:  # the sampler failed before its first token: one pad token, out of the loss
                 ids, mask, logprobs = [pad_id], [0], [None]
-            if self._masked(r):
+            if self._no_loss(r):
                 mask = [0] * len(mask)
             out["prompt_ids"].append(list(r.prompt_ids))
             out["completion_ids"].append(ids)
             out["env_mask"].append(mask)
             out["logprobs"].append(logprobs)
             out["rollout_reward"].append(r.reward)
+            out["rollout_scored"].append(not r.masked)
             out["rollout_id"].append(r.id)
         return out
 
@@ -153,10 +167,14 @@ def batch_metrics(batch: RolloutBatch) -> dict[str, float]:
         "rollout/trained_tokens": batch.model_tokens,
         "rollout/env_tokens": batch.env_tokens,
         "rollout/masked_truncated": batch.masked_truncated,
+        "rollout/masked": sum(batch.masked.values()),
+        "rollout/broken_sandbox": batch.broken_sandbox,
         "time/rollout_s": batch.rollout_s,
     }
     for reason, count in s["exit_reasons"].items():
         scalars[f"rollout/exit/{reason}"] = count
+    for reason, count in batch.masked.items():
+        scalars[f"rollout/masked/{reason}"] = count
     return {k: float(v) for k, v in scalars.items() if v is not None}
 
 

@@ -81,12 +81,12 @@ def fit_prompts(rows: list[dict], rollouts: Rollouts, max_prompt_tokens: Optiona
 
 
 def prepare_image(config: TrainConfig) -> None:
-    from ...config import RunConfig
+    from ...config import RunConfig, SandboxSettings
     from ...runs.session import prepare_sandbox
 
     r = config.rollout
-    asyncio.run(prepare_sandbox(RunConfig(image=r.image, build_image=True, memory=r.memory, cpus=r.cpus,
-                                          pids_limit=r.pids_limit, network=r.network)))
+    # the rollouts' sandbox settings are a run's (config/sections.py: SandboxSettings)
+    asyncio.run(prepare_sandbox(RunConfig(**{k: getattr(r, k) for k in SandboxSettings.model_fields})))
 
 
 def train(config: TrainConfig, reward_fn: Optional[RewardFn] = None,
@@ -106,12 +106,13 @@ def train(config: TrainConfig, reward_fn: Optional[RewardFn] = None,
     from datasets import Dataset
     from transformers import PrinterCallback, ProgressCallback
     from transformers.integrations import TensorBoardCallback
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOConfig
 
     from .metrics import StepLog
     from .policy import align_turn_end, load_policy_model
     from .reward_func import make_reward_func
     from .rollout_hook import SandboxRollouts
+    from .trl_trainer import InSandboxGRPOTrainer
 
     state = PartialState()
     batch_layout(config, state.num_processes)  # before the image and the model
@@ -140,9 +141,10 @@ def train(config: TrainConfig, reward_fn: Optional[RewardFn] = None,
         from torch.utils.tensorboard import SummaryWriter
 
         callbacks.append(TensorBoardCallback(SummaryWriter(log_dir=str(out / "tensorboard"))))
-    trainer = GRPOTrainer(model=model, reward_funcs=[make_reward_func(hook, config)], args=args,
-                          train_dataset=Dataset.from_list([{"prompt": row["id"]} for row in fitting]),
-                          processing_class=tokenizer, rollout_func=hook, callbacks=callbacks)
+    trainer = InSandboxGRPOTrainer(model=model, reward_funcs=[make_reward_func(hook)], args=args,
+                                   train_dataset=Dataset.from_list([{"prompt": row["id"]} for row in fitting]),
+                                   processing_class=tokenizer, hook=hook, advantage=config.grpo.advantage,
+                                   callbacks=callbacks)
     for noisy in (PrinterCallback, ProgressCallback):  # the console gets StepLog's one line per step
         trainer.remove_callback(noisy)
     trainer.train()

@@ -9,7 +9,11 @@ rollout servers through the server manager verl gives every agent loop.
                          response_logprobs, reward_score (the outcome reward), num_turns, metrics, extra_fields)
 
 The reward is computed inside the loop, while the sandbox still holds the answer file; verl puts
-reward_score on the last response token (rm_scores) and skips its own reward functions.
+reward_score on the last response token (rm_scores) and skips its own reward functions. A masked
+record (an infrastructure failure, the rollout's time limit) comes back with a response_mask of
+zeros: the actor's loss never sees it, and the recipe's advantage estimator (verl_advantage.py,
+"insandbox_rloo") leaves it out of its group's baseline. A sandbox its own processes broke is
+trained on, with the broken-sandbox penalty as its reward.
 
 Settings come from the agent-loop YAML verl loads (actor_rollout_ref.rollout.agent.agent_loop_config_path);
 every key besides name and _target_ reaches the constructor:
@@ -47,13 +51,16 @@ from ...core.episode import ExitReason
 from ..rewards import RewardConfig
 from ..rollout.runner import RewardFn, RolloutConfig, Rollouts
 from ..rollout.types import RolloutRecord
+from .config import reward_section
+from .verl_advantage import NAME as _ADVANTAGE  # noqa: F401  (registers "insandbox_rloo" in this process too)
 from .verl_data import AGENT_NAME, TASK_COLUMN
 from .verl_sampler import ServerManagerSampler
 
 log = logging.getLogger(__name__)
 
 # reward_extra_info: numbers only, the same keys for every rollout (verl stacks and averages them)
-REWARD_INFO_KEYS = ("correct", "answered", "truncated", "failed", "model_turns", "tool_calls")
+REWARD_INFO_KEYS = ("correct", "answered", "truncated", "failed", "masked", "broken_sandbox", "model_turns",
+                    "tool_calls")
 
 
 class LoopSettings(BaseModel):
@@ -74,7 +81,8 @@ class InSandboxAgentLoop(AgentLoopBase):
                  max_concurrent_rollouts: Optional[int] = None, records_dir: Optional[str] = None,
                  tools: Any = None, **kwargs: Any):
         super().__init__(*args, **kwargs)  # verl's tools (tools=) are not used: the sandbox brings its own
-        self.settings = LoopSettings(rollout=_plain(rollout) or {}, reward=_plain(reward) or {}, reward_fn=reward_fn,
+        self.settings = LoopSettings(rollout=_plain(rollout) or {}, reward=reward_section(_plain(reward)) or {},
+                                     reward_fn=reward_fn,
                                      max_concurrent_rollouts=max_concurrent_rollouts, records_dir=records_dir)
         self.prompt_length = int(self.rollout_config.prompt_length)
         self.response_length = int(self.rollout_config.response_length)
@@ -121,16 +129,23 @@ class InSandboxAgentLoop(AgentLoopBase):
     def _output(self, record: RolloutRecord, sampler: ServerManagerSampler, request_id: str) -> AgentLoopOutput:
         response_ids = record.response_ids[: self.response_length]
         response_mask = record.response_mask[: self.response_length]
+        if record.masked:  # no loss, and no place in its group's baseline (verl_advantage.py)
+            response_mask = [0] * len(response_mask)
         logprobs = None
         if record.response_logprobs is not None:
             logprobs = [lp if lp is not None else 0.0 for lp in record.response_logprobs[: self.response_length]]
         if not response_ids:  # nothing sampled (the sampler failed at once): one masked token keeps verl's shapes
             response_ids, response_mask = [self.rollouts.chat.stop_token_ids[0]], [0]
             logprobs = [0.0] if logprobs is not None else None
+        if logprobs is None and sampler.sampling_params.get("logprobs"):
+            # verl stacks every row's logprobs when it asked for them: a rollout that sampled nothing before it
+            # failed or ran out of time has none, and would break the whole batch (its tokens are masked anyway)
+            logprobs = [0.0] * len(response_ids)
         exit_reason = record.exit_reason or ""
         info = {"correct": float(record.reward_detail.get("correct", 0.0)),
                 "answered": float(record.trajectory.get("answer") is not None),
                 "truncated": float(record.truncated), "failed": float(_failed(exit_reason)),
+                "masked": float(record.masked), "broken_sandbox": float(record.exit_cause == "sandbox"),
                 "model_turns": float(record.num_turns), "tool_calls": float(record.tool_calls)}
         extra = {
             "turn_scores": [], "tool_rewards": [],  # the keys verl's own loops fill

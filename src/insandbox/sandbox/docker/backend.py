@@ -22,7 +22,7 @@ import uuid
 from pathlib import Path
 from typing import ClassVar, Optional
 
-from ...core.units import parse_size
+from ...core import defaults
 from .. import admission
 from ..base import (
     Capabilities,
@@ -199,9 +199,10 @@ class DockerSandbox(DockerFiles):
     async def start(self) -> None:
         """Waits for room on the host first; a start the engine refuses for want of room waits and is
         tried again as a fresh container (admission.py); so is a gVisor sandbox that failed to boot."""
+        door = self.spec.admission or admission.gate()  # the session's, else the process's gate
         for tries_left in range(runtimes.BOOT_TRIES - 1, -1, -1):
             try:
-                await admission.gate().start(self.spec.limits.network, self._start_once, self._fresh_attempt)
+                await door.start(self.spec.limits.network, self._start_once, self._fresh_attempt)
                 return
             except SandboxError as e:
                 if not (self.gvisor and tries_left and runtimes.failed_to_boot(str(e))):
@@ -236,7 +237,7 @@ class DockerSandbox(DockerFiles):
         if why:
             raise SetupError(why)
         try:
-            size = await engine.call(limits.storage_size, api, self.spec.image, lim.disk)
+            size = await engine.call(limits.storage_size, api, self.spec.image, lim.disk_bytes)
         except docker.errors.ImageNotFound:
             raise ImageNotFound(self.spec.image) from None
         labels = {LABEL: "1", LABEL_RUN: self.spec.run_id, LABEL_OWNER: owner_label(),
@@ -374,7 +375,7 @@ class DockerSandbox(DockerFiles):
         info = await engine.call(api.inspect_container, self.container_id)
         upper = (info.get("GraphDriver") or {}).get("Data", {}).get("UpperDir", "")
         try:
-            await engine.call(disk.attach, upper, parse_size(lim.disk))
+            await engine.call(disk.attach, upper, lim.disk_bytes)
         except (OSError, subprocess.SubprocessError) as e:
             raise SandboxError(f"could not give the sandbox its {lim.disk} disk ({e}); "
                                "--disk none runs it without a disk limit") from None
@@ -496,7 +497,7 @@ class DockerSandbox(DockerFiles):
             raise
 
     # ------------------------------------------------------------------ commands
-    async def run(self, command: str, timeout: float = 120.0) -> CommandResult:
+    async def run(self, command: str, timeout: float = defaults.COMMAND_TIMEOUT_S) -> CommandResult:
         reply = await self._request(protocol.RUN, timeout + CHANNEL_GRACE_S, cmd=command, timeout=timeout,
                                     limit=self.spec.output_limit_chars)
         return CommandResult(

@@ -15,7 +15,6 @@ from __future__ import annotations
 import threading
 from typing import Optional
 
-from ...core.units import parse_size
 from ..base import SandboxLimits
 from ..guest.protocol import STATE_DIR
 from . import engine
@@ -64,11 +63,11 @@ def engine_refused_size(api, why: str) -> None:
     _mode[engine.docker_host()] = (OWN_FILESYSTEM, "") if cannot is None else (None, f"{why}, and {cannot}")
 
 
-def storage_size(api, image: str, disk: Optional[str]) -> Optional[str]:
-    """The engine's `size=` for a sandbox allowed to write `disk`, or None (no limit, or not the engine's)."""
-    if not disk or disk_mode(api)[0] != ENGINE:
+def storage_size(api, image: str, disk_bytes: Optional[int]) -> Optional[str]:
+    """The engine's `size=` for a sandbox allowed to write `disk_bytes`, or None (no limit, or not the engine's)."""
+    if not disk_bytes or disk_mode(api)[0] != ENGINE:
         return None
-    size = parse_size(disk)
+    size = disk_bytes
     if _driver_counts_image(api):
         key = (engine.docker_host(), image)
         if key not in _image_size:
@@ -92,7 +91,7 @@ def host_config_kwargs(limits: SandboxLimits, size: Optional[str], network_mode:
     """Keyword arguments of the Docker SDK's create_host_config for these limits (network_mode:
     limits.network as the backend resolved it, e.g. the registries proxy's network)."""
     kwargs = dict(
-        mem_limit=limits.memory, memswap_limit=limits.memory,  # same value: no swap on top
+        mem_limit=limits.memory_bytes, memswap_limit=limits.memory_bytes,  # same value: no swap on top
         nano_cpus=int(limits.cpus * 1e9) if limits.cpus else None, pids_limit=limits.pids,
         network_mode=network_mode, init=False,
         cap_drop=["ALL"], cap_add=sorted({*KEPT_CAPABILITIES, *(c.upper() for c in limits.cap_add)}),
