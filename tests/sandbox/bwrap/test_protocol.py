@@ -20,7 +20,7 @@ from tests.sandbox.test_docker import COUNT_SLEEPS, FIDELITY_CASES
 def test_what_the_backend_declares():
     caps = backend_class("bwrap").capabilities
     assert (caps.recycle, caps.snapshot, caps.disk_limit, caps.named_networks) == (False, False, False, False)
-    assert caps.network_modes == ("none", "host")
+    assert caps.network_modes == ("none", "bridge", "host")
 
 
 def test_shell_state_timeouts_and_the_server_survive(bwrap_factory, run_async):
@@ -151,8 +151,7 @@ def test_what_it_cannot_do_is_refused_in_one_line_or_done_another_way(no_engine,
     from insandbox.agent.env import EnvConfig, SandboxEnv, Task
 
     async def body():
-        for net, words in (("bridge", "cannot --network bridge"), ("registries", "cannot --network registries"),
-                           ("my-net", "cannot --network my-net")):
+        for net, words in (("registries", "cannot --network registries"), ("my-net", "cannot --network my-net")):
             spec = SandboxSpec(limits=SandboxLimits(network=net))
             with pytest.raises(SetupError, match=words) as e:
                 await BwrapSandbox.prepare(spec)

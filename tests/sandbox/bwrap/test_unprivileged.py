@@ -11,6 +11,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 START = """
 import asyncio, json, os, sys
 from insandbox.sandbox import SandboxLimits, SandboxSpec, create_sandbox
@@ -96,27 +98,47 @@ finally:
     assert got["alive"] == "alive\n"
 
 
-def test_network_none_reaches_nothing_and_host_reaches_what_this_machine_does(as_user, scripted):
-    srv = scripted({"turns": [{"tool": "submit"}]})  # a service listening on this machine's loopback
-    port = int(srv.url.rsplit(":", 1)[1].split("/")[0])
-    probe = ("python3 -c \"import socket\nfor host, port in (('127.0.0.1', " + str(port) + "), ('1.1.1.1', 80)):\n"
-             "    try:\n        socket.create_connection((host, port), timeout=3).close(); print(host, 'reached')\n"
-             "    except OSError as e:\n        print(host, 'refused', type(e).__name__, e.errno)\"")
-    got = as_user.json(START + f"""
+def _probe(*targets: tuple[str, int]) -> str:
+    """A command that tries a TCP connection to each target and says whether it got through."""
+    return ("python3 -c \"import socket\nfor host, port in " + repr(targets).replace('"', "'") + ":\n"
+            "    try:\n        socket.create_connection((host, port), timeout=3).close(); print(host, 'reached')\n"
+            "    except OSError as e:\n        print(host, 'refused', type(e).__name__, e.errno)\"")
+
+
+def _each_network(as_user, command: str, networks=("none", "bridge", "host")) -> dict:
+    return as_user.json(START + f"""
 async def main():
     out = {{}}
-    for net in ("none", "host"):
+    for net in {networks!r}:
         sb = create_sandbox(SandboxSpec(run_id="net", limits=SandboxLimits(network=net)), "bwrap")
         await sb.start()
-        out[net] = (await sb.run({probe!r}, timeout=20)).output
+        out[net] = (await sb.run({command!r}, timeout=120)).output
         out[net + "_resolv"] = (await sb.read_file("/etc/resolv.conf")).decode()
         await sb.close()
     print(json.dumps(out))
 asyncio.run(main())
 """)
-    assert "127.0.0.1 refused" in got["none"] and "1.1.1.1 refused" in got["none"], got["none"]
+
+
+def test_each_network_mode_reaches_what_it_says(as_user, scripted):
+    """none: nothing; bridge: not this machine's loopback (the model server), by any address; host: it."""
+    srv = scripted({"turns": [{"tool": "submit"}]})  # a service listening on this machine's loopback
+    port = int(srv.url.rsplit(":", 1)[1].split("/")[0])
+    got = _each_network(as_user, _probe(("127.0.0.1", port), ("10.0.2.2", port)))
+    assert got["none"].count("refused") == 2, got["none"]
+    assert got["bridge"].count("refused") == 2, got["bridge"]
     assert "127.0.0.1 reached" in got["host"], got["host"]  # the model server too: hence the warning
-    assert got["none_resolv"] == "# no network\n" and got["host_resolv"] == Path("/etc/resolv.conf").read_text()
+    assert got["none_resolv"] == "# no network\n" and "nameserver 10.0.2.3" in got["bridge_resolv"]
+    assert got["host_resolv"] == Path("/etc/resolv.conf").read_text()
+
+
+@pytest.mark.network
+def test_bridge_reaches_pypi_as_an_unprivileged_user(as_user):
+    got = _each_network(as_user, "pip install --no-cache-dir --root-user-action=ignore six 2>&1 | tail -1; "
+                                 "python3 -c 'import six; print(six.__file__)'; " + _probe(("1.1.1.1", 80)),
+                        networks=("bridge", "none"))
+    assert "Successfully installed six" in got["bridge"] and "/usr/local/lib/" in got["bridge"], got["bridge"]
+    assert "1.1.1.1 reached" in got["bridge"] and "1.1.1.1 refused" in got["none"]
 
 
 def test_nothing_is_left_after_a_sigkill_and_clean(as_user):

@@ -11,7 +11,8 @@ sandbox down with it; `insandbox clean --backend bwrap` removes the folder.
 
 What it cannot do, it declares (Capabilities) and the rest of insandbox refuses in one line or does
 another way: no recycling (the pool starts fresh sandboxes ahead), no snapshots (no fork), no disk
-limit in all (a file is capped at the disk limit), networks `none` and `host` only.
+limit in all (a file is capped at the disk limit), networks `none`, `bridge` (slirp4netns) and `host`
+only (network.py).
 """
 from __future__ import annotations
 
@@ -40,8 +41,9 @@ from ..guest import protocol
 from ..owner import owner_label, process_start
 from ..serverfiles import CHANNEL_GRACE_S
 from . import hostside, launch
+from . import network as network_mod
 
-NETWORKS = ("none", "host")
+NETWORKS = ("none", "bridge", "host")
 LIVE: dict[str, BwrapSandbox] = {}  # name -> sandboxes of this process not removed yet
 _ROOTFS: dict[tuple[str, str], rootfs.RootFS] = {}  # (image, INSANDBOX_ROOTFS) -> ready to run
 _CHECKED: dict[str, str] = {}  # root filesystem -> why sandboxes cannot start here ("" when they can)
@@ -49,13 +51,16 @@ _WARNED: set[str] = set()
 
 
 def _network_refusal(network: str) -> str:
+    if network == "bridge":
+        why = network_mod.slirp_missing()
+        return f"--network bridge needs slirp4netns here: {why}; --network none or host work without it" if why else ""
     if network in NETWORKS:
         return ""
     if network == "registries":
         return ("the bwrap backend cannot --network registries (its allow-list proxy runs on a Docker engine); "
-                "use --network none, or --network host to reach PyPI (the sandbox then reaches all this machine "
-                "reaches)")
-    return f"the bwrap backend cannot --network {network}: it knows none and host"
+                "--network bridge reaches PyPI without this machine's loopback, --network host reaches all this "
+                "machine reaches")
+    return f"the bwrap backend cannot --network {network}: it knows none, bridge and host"
 
 
 def find_rootfs(image: str, on_status: Progress = lambda text: None) -> rootfs.RootFS:
@@ -141,14 +146,15 @@ class BwrapSandbox(hostside.HostSideFiles):
         self._rootfd: Optional[int] = None  # the sandbox's root, held open (hostside.py)
         self._closed = False
         self._slot: Optional[admission.Slot] = None
+        self.slirp: Optional[network_mod.Slirp] = None  # --network bridge's way out
         self.uses = 0
 
     # ------------------------------------------------------------------ the backend
     @classmethod
     async def prepare(cls, spec: SandboxSpec, on_status: Progress = lambda text: None,
                       on_progress: Progress = lambda text: None) -> None:
-        """The network mode is one this backend has, the root filesystem is there (exported or
-        unpacked once), and a sandbox can start on this host."""
+        """The network mode is one this backend has (and can have here), the root filesystem is there
+        (exported or unpacked once), and a sandbox can start on this host."""
         lim = spec.limits
         why = _network_refusal(lim.network)
         if why:
@@ -195,6 +201,8 @@ class BwrapSandbox(hostside.HostSideFiles):
         for sb in list(LIVE.values()):
             if sb.proc is not None and sb.proc.returncode is None:
                 _kill(sb.proc.pid)
+            if sb.slirp is not None:
+                sb.slirp.kill()
             if sb.folder is not None:
                 sb.folder.remove()
             LIVE.pop(sb.name, None)
@@ -206,6 +214,7 @@ class BwrapSandbox(hostside.HostSideFiles):
     def _fresh_attempt(self) -> None:
         self.name = f"insandbox-{self.spec.run_id or 'x'}-{uuid.uuid4().hex[:6]}"
         self.folder, self.proc, self.channel, self.child_pid, self._closed = None, None, None, None, False
+        self.slirp = None
 
     async def _start_once(self, slot: admission.Slot) -> None:
         self._slot = slot
@@ -234,6 +243,9 @@ class BwrapSandbox(hostside.HostSideFiles):
             self.channel = PipeChannel(self.proc.stdin, self.proc.stdout, self.proc.stderr, self.name)
             t1 = time.perf_counter()
             self.child_pid = await self._child_pid(info_r)
+            if lim.network == "bridge":  # before the server runs anything: its network is there from the start
+                self.slirp = network_mod.Slirp()
+                await self.slirp.start(self.child_pid)
             self.server_info = await self.channel.handshake(server_source())
             # only now: bwrap reports the pid before the sandbox's root is in place
             self._rootfd = os.open(f"/proc/{self.child_pid}/root", hostside.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -313,6 +325,8 @@ class BwrapSandbox(hostside.HostSideFiles):
             except asyncio.TimeoutError:
                 _kill(self.proc.pid)
                 await self.proc.wait()
+        if self.slirp is not None:
+            await asyncio.to_thread(self.slirp.stop)
         if self._rootfd is not None:
             os.close(self._rootfd)
             self._rootfd = None

@@ -37,6 +37,7 @@ from ..base import SandboxLimits
 from ..guest.protocol import BOOTSTRAP, STATE_DIR
 from ..owner import owner_gone
 from ..rootfs import RootFS, remove_tree
+from .network import RESOLV_CONF
 
 DIR_ENV = "INSANDBOX_BWRAP_DIR"
 OWNER_FILE, PROCESS_FILE = "owner", "bwrap.pid"
@@ -93,7 +94,10 @@ class Folder:
         (self.path / OWNER_FILE).write_text(owner)  # first: `clean` tells whose it is from here
         for d in (self.upper, self.work, self.merged, self.etc):
             d.mkdir()
-        for name, text in netfiles.contents(network, True).items():
+        files = netfiles.contents(network, True)
+        if network == "bridge":  # slirp4netns's forwarder, whatever this machine's resolver is (127.0.0.53 too)
+            files["resolv.conf"] = RESOLV_CONF
+        for name, text in files.items():
             (self.etc / name).write_text(text)
 
     def note_process(self, pid: int, start: str) -> None:
