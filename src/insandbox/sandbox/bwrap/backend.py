@@ -243,10 +243,10 @@ class BwrapSandbox(hostside.HostSideFiles):
             self.channel = PipeChannel(self.proc.stdin, self.proc.stdout, self.proc.stderr, self.name)
             t1 = time.perf_counter()
             self.child_pid = await self._child_pid(info_r)
-            if lim.network == "bridge":  # before the server runs anything: its network is there from the start
-                self.slirp = network_mod.Slirp()
-                await self.slirp.start(self.child_pid)
             self.server_info = await self.channel.handshake(server_source())
+            if lim.network == "bridge":  # once bwrap is done with the namespace (it sets up loopback), before
+                self.slirp = network_mod.Slirp()  # any command
+                await self.slirp.start(self.child_pid)
             # only now: bwrap reports the pid before the sandbox's root is in place
             self._rootfd = os.open(f"/proc/{self.child_pid}/root", hostside.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         except BaseException:
