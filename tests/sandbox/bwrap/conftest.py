@@ -49,9 +49,11 @@ def cache_of(uid: int) -> Path:
 
 
 @pytest.fixture
-def no_engine(monkeypatch, rootfs_tar):
-    """This process runs bwrap sandboxes from the tar, with no Docker engine reachable."""
+def no_engine(monkeypatch, rootfs_tar, tmp_path):
+    """This process runs bwrap sandboxes from the tar, with no Docker engine reachable; their folders in
+    the test's own (so that `clean --all` here sees no sandbox of another run of this user's)."""
     monkeypatch.setenv("DOCKER_HOST", NO_DOCKER)
+    monkeypatch.setenv("INSANDBOX_BWRAP_DIR", str(tmp_path / "sandboxes"))
     monkeypatch.setenv("INSANDBOX_ROOTFS", str(rootfs_tar))
     monkeypatch.setenv("INSANDBOX_ROOTFS_CACHE", str(cache_of(os.geteuid())))
     return rootfs_tar

@@ -224,3 +224,18 @@ def test_rl_rollouts_run_in_bwrap_sandboxes_from_a_pool(no_engine, run_async):
     assert all(check_record(x, r.chat) == [] for x in records)
     assert all(x.trajectory["sandbox"]["backend"] == "bwrap" for x in records)
     assert stats.recycled == 0 and not LIVE
+
+
+def test_clean_all_stops_a_live_sandbox_and_removes_its_folder(bwrap_factory, run_async):
+    async def body():
+        sb = await bwrap_factory()
+        mine = {x.id: x for x in BwrapSandbox.clean(everything=True, dry_run=True)}
+        assert mine[sb.name].status == "running" and mine[sb.name].run_id == "test" and sb.folder.path.exists()
+        assert sb.name not in {x.id for x in BwrapSandbox.clean()}  # its owner (this process) is alive
+        assert sb.name in {x.id for x in BwrapSandbox.clean(everything=True)}
+        await asyncio.wait_for(sb.proc.wait(), 10)
+        assert not sb.folder.path.exists()
+        with pytest.raises(SandboxError):
+            await sb.run("echo hi")
+        await sb.close()
+    run_async(body())

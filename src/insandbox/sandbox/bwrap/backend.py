@@ -183,8 +183,13 @@ class BwrapSandbox(hostside.HostSideFiles):
             if not dry_run:
                 if running:
                     _kill(running)
+                    for _ in range(50):  # its sandbox goes with it (--die-with-parent): let it stop writing
+                        if _bwrap_alive(process) is None:
+                            break
+                        time.sleep(0.05)
                 rootfs.remove_tree(path)
-            removed.append(Leftover(id=path.name, name=str(path), run_id="", reason=reason,
+            run_id = path.name.removeprefix("insandbox-").rpartition("-")[0]  # insandbox-<run id>-<6 hex>
+            removed.append(Leftover(id=path.name, name=str(path), run_id=run_id, reason=reason,
                                     status="running" if running else "folder"))
         return removed
 
@@ -209,7 +214,8 @@ class BwrapSandbox(hostside.HostSideFiles):
 
     # ------------------------------------------------------------------ lifetime
     async def start(self) -> None:
-        await admission.gate().start(self.spec.limits.network, self._start_once, self._fresh_attempt)
+        # room on the host as for any sandbox; "none": no Docker bridge's ports are taken, whatever the mode
+        await admission.gate().start("none", self._start_once, self._fresh_attempt)
 
     def _fresh_attempt(self) -> None:
         self.name = f"insandbox-{self.spec.run_id or 'x'}-{uuid.uuid4().hex[:6]}"
