@@ -35,6 +35,7 @@ from ..base import (
     SandboxSpec,
     SetupError,
 )
+from ..channel import server_source
 from ..guest import protocol
 from ..guest.protocol import BOOTSTRAP
 from . import engine, etc_files, limits, netfilter, runtimes
@@ -46,7 +47,6 @@ BUILTIN_NETWORKS = ("bridge", "none", "host")
 REGISTRIES = "registries"  # our own mode: package registries only, through proxy.py
 
 
-_SERVER_SOURCE: Optional[str] = None
 _WARNED: dict[str, bool] = {}  # docker host -> the missing disk limit was reported
 LIVE: dict[str, str] = {}  # container id -> name, of sandboxes this process has not removed yet
 UNREMOVED: dict[str, str] = {}  # container id -> name, of those whose removal failed (the engine was away)
@@ -77,14 +77,6 @@ def isolation_unavailable(network: str) -> str:
             return (f"--network {network}: sandboxes could reach each other ({why}). Use --network none, name a "
                     f"Docker network of your own with --network NAME, or set {UNISOLATED_ENV}=1 to accept it")
     return ""
-
-
-def server_source() -> str:
-    global _SERVER_SOURCE
-    if _SERVER_SOURCE is None:
-        guest = Path(__file__).parent.parent / "guest"  # the protocol's names first: the server uses them
-        _SERVER_SOURCE = (guest / "protocol.py").read_text() + "\n" + (guest / "server.py").read_text()
-    return _SERVER_SOURCE
 
 
 class DockerSandbox(DockerFiles):
@@ -194,6 +186,28 @@ class DockerSandbox(DockerFiles):
             except Exception:
                 pass
             LIVE.pop(cid, None)
+
+    # ------------------------------------------------------------------ an image's files, for engine-less backends
+    @classmethod
+    def image_id(cls, image: str) -> Optional[str]:
+        """The image's id in the engine, None where it is not there; raises when the engine does not answer."""
+        from . import export
+
+        return export.image_id(image)
+
+    @classmethod
+    def export_root_tree(cls, image: str, tree: Path) -> dict:
+        """The image's files unpacked into the folder `tree` (the bwrap backend's cache); returns its image.json."""
+        from . import export
+
+        return export.export_tree(image, tree)
+
+    @classmethod
+    def export_root_filesystem(cls, image: str, out: Path) -> Path:
+        """`insandbox image export --out PATH`: a folder (root/, image.json) or a .tar for INSANDBOX_ROOTFS."""
+        from . import export
+
+        return export.export_image(image, out)
 
     # ------------------------------------------------------------------ lifetime
     async def start(self) -> None:
