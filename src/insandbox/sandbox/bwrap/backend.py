@@ -215,7 +215,8 @@ class BwrapSandbox(hostside.HostSideFiles):
     # ------------------------------------------------------------------ lifetime
     async def start(self) -> None:
         # room on the host as for any sandbox; "none": no Docker bridge's ports are taken, whatever the mode
-        await admission.gate().start("none", self._start_once, self._fresh_attempt)
+        door = self.spec.admission or admission.gate()  # the session's, else the process's gate
+        await door.start("none", self._start_once, self._fresh_attempt)
 
     def _fresh_attempt(self) -> None:
         self.name = f"insandbox-{self.spec.run_id or 'x'}-{uuid.uuid4().hex[:6]}"
