@@ -42,6 +42,12 @@ python3 -c "import venv, ensurepip" >/dev/null 2>&1 || need+=(python3-venv)
 command -v git >/dev/null 2>&1 || need+=(git)
 command -v g++ >/dev/null 2>&1 || need+=(build-essential)
 command -v cmake >/dev/null 2>&1 || need+=(cmake)
+# the sandbox backends beyond Docker's runc: bubblewrap and slirp4netns (--backend bwrap, no engine),
+# Podman and newuidmap (the Docker backend on Podman's service, rootful and rootless)
+command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
+command -v slirp4netns >/dev/null 2>&1 || need+=(slirp4netns)
+command -v podman >/dev/null 2>&1 || need+=(podman)
+command -v newuidmap >/dev/null 2>&1 || need+=(uidmap)
 # headless Chromium for the viewer's browser tests (tests/viewer, driven by Playwright's Python client).
 # Ubuntu's `chromium` package is only a stub that installs a snap: there, step 4 fetches Playwright's build.
 distro=$(. /etc/os-release 2>/dev/null && echo "${ID:-}")
