@@ -101,3 +101,44 @@ def test_fork_and_replay_under_gvisor(scripted, run_async, tmp_path, docker_imag
     r = cli("fork", str(run), "--step", "1", "--n", "1", "--runtime", GVISOR, "--base-url", branch.url, "--json")
     assert r.returncode == 0, r.stderr
     assert (run / "forks/step-1/branch-1/answer.txt").read_text() == "base kept\n"
+
+
+def test_a_benchmark_and_rl_rollouts_under_gvisor(scripted, run_async, tmp_path, docker_image):
+    """`bench` and RL rollouts take --runtime from their settings: every sandbox of both runs under
+    gVisor, fresh for each sample (never recycled), and the answers come back."""
+    from insandbox.bench.runner import BenchConfig, run_bench
+    from insandbox.config import RunConfig
+    from insandbox.models.local_server import default_gguf
+    from insandbox.rl.rewards import RewardResult
+    from insandbox.rl.rollout import RolloutConfig, Rollouts, check_record
+    from insandbox.rl.rollout.backends import load_gguf_tokenizer
+    from insandbox.rl.rollout.backends.scripted import ScriptedGenerator
+
+    task = tmp_path / "probe.yaml"
+    task.write_text("name: probe\nextends: _base\nscorer: exact\ninstance_prompt: |-\n  {problem_statement}\n")
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps({"id": f"p{i}", "problem_statement": f"probe {i}", "ground_truth": "gvisor"})
+                            + "\n" for i in range(3)))
+    # dmesg inside gVisor prints its own boot banner: the answer says the sample ran under it
+    look = "dmesg 2>/dev/null | grep -qi gvisor && echo gvisor > /testbed/answer.txt || echo runc > /testbed/answer.txt"
+    srv = scripted({"turns": [{"tool": "execute_bash", "args": {"command": look}}, {"tool": "submit"}]})
+    cfg = BenchConfig(task=str(task), data=str(data), concurrency=2, output_dir=str(tmp_path / "bench"),
+                      run=RunConfig(model="m", base_url=srv.url, image=docker_image, runtime=GVISOR, max_steps=4))
+    result = run_async(run_bench(cfg))
+    assert [r["score"] for r in result.records] == [1.0] * 3, [r["error"] for r in result.records]
+    assert result.summary["session"]["sandbox_pool"]["recycled"] == 0
+
+    async def exact(row, outcome, config):
+        ok = float((outcome.answer or "").strip() == row["ground_truth"])
+        return RewardResult(value=ok, correct=ok, detail={})
+
+    def call(name: str, **args) -> str:
+        return f'<tool_call>\n{json.dumps({"name": name, "arguments": args})}\n</tool_call>'
+
+    r = Rollouts(load_gguf_tokenizer(default_gguf()),
+                 RolloutConfig(image=docker_image, runtime=GVISOR, network="none", max_turns=4), reward_fn=exact)
+    gen = ScriptedGenerator(r.chat, [{"turns": [call("execute_bash", command=look), call("submit")]}])
+    records = run_async(r.run_groups([{"id": "t", "problem_statement": "where?", "ground_truth": "gvisor"}], gen,
+                                     n=2, concurrency=2))
+    assert [x.reward for x in records] == [1.0, 1.0], [x.error for x in records]
+    assert all(check_record(x, r.chat) == [] for x in records)
