@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import os
 import time
 
@@ -14,6 +15,7 @@ import pytest
 from insandbox.sandbox import CopyLimits, SandboxError, SandboxLimits, SandboxSpec, SetupError, backend_class
 from insandbox.sandbox.bwrap import LIVE, BwrapSandbox
 from insandbox.sandbox.pool import SandboxPool
+from tests.helpers import cli
 from tests.sandbox.test_docker import COUNT_SLEEPS, FIDELITY_CASES
 
 
@@ -145,6 +147,21 @@ def test_a_whole_task_runs_without_docker(no_engine, scripted, run_async, tmp_pa
     assert (tmp_path / "run/files/notes.md").read_bytes() == b"# notes\n\ttabbed\r\n"
     assert t.sandbox["backend"] == "bwrap" and t.sandbox["server_info"]["pid"] == 1
     assert not LIVE
+
+
+def test_the_command_line_takes_backend_bwrap(no_engine, scripted, tmp_path):
+    """`insandbox run --backend bwrap` with no engine reachable: the run folder records the backend."""
+    srv = scripted({"turns": [{"tool": "execute_bash", "args": {"command": "echo 7 > /testbed/answer.txt"}},
+                              {"tool": "submit"}]})
+    r = cli("run", "7?", "--backend", "bwrap", "--network", "none", "--model", "m", "--base-url", srv.url,
+            "--output-dir", str(tmp_path / "run"), "--max-steps", "3", "-q")
+    assert r.returncode == 0, r.stderr
+    traj = json.loads((tmp_path / "run/trajectory.json").read_text())
+    assert traj["exit_reason"] == "submitted" and traj["sandbox"]["backend"] == "bwrap"
+    assert (tmp_path / "run/answer.txt").read_text() == "7\n"
+    r = cli("run", "7?", "--backend", "nope", "--model", "m", "--base-url", srv.url, "-q")
+    assert r.returncode != 0 and r.stderr.strip().splitlines() == [
+        "insandbox: unknown sandbox backend 'nope'; known: docker, bwrap"]
 
 
 def test_what_it_cannot_do_is_refused_in_one_line_or_done_another_way(no_engine, run_async):
