@@ -31,6 +31,33 @@ def test_the_tools_work_under_gvisor(sandbox_factory, run_async):
     assert again.split() == ["/testbed/d", "1"] and data == b"\x00\r\n\t\xff"
 
 
+def test_limits_under_gvisor(sandbox_factory, run_async):
+    """--pids-limit counts the sandbox's processes (the host's cgroup sees gVisor's own tasks, about ten
+    per process: the backend scales it), and a memory bomb kills the whole sandbox, which says it broke
+    by itself (the episode's exit_cause 'sandbox'), not the infrastructure."""
+    from insandbox.core.errors import SandboxBrokenByItself
+
+    async def go():
+        sb = await sandbox_factory(limits=SandboxLimits(runtime=GVISOR, pids=64))
+        many = await sb.run("for i in $(seq 40); do sleep 30 & done; sleep 1; ls /proc | grep -c '^[0-9]'")
+        try:  # past the limit gVisor's kernel dies: the sandbox's doing, never masked as the infrastructure's
+            await sb.run("for i in $(seq 400); do sleep 30 & done; sleep 5")
+            bomb = "survived"
+        except SandboxBrokenByItself as e:
+            bomb = f"broken by itself: {e}"
+        big = await sandbox_factory(limits=SandboxLimits(runtime=GVISOR, memory="256m"))
+        try:
+            await big.run("python3 -c 'b = bytearray(600 * 1024 ** 2); print(len(b))'")
+        except SandboxBrokenByItself as e:
+            return many.output, bomb, f"broken by itself: {e}"
+        return many.output, bomb, "survived"
+
+    many, fork_bomb, memory_bomb = run_async(go())
+    assert int(many.split()[-1]) >= 40, many  # unscaled, 64 host tasks die at about 8 processes
+    assert fork_bomb.startswith("broken by itself"), fork_bomb
+    assert memory_bomb.startswith("broken by itself"), memory_bomb
+
+
 def test_every_network_mode_under_gvisor(sandbox_factory, run_async):
     with tcp_server("127.0.0.1") as lo, tcp_server("0.0.0.0") as anywhere:
         targets = [f"127.0.0.1:{lo}", *[f"{ip}:{anywhere}" for ip in host_addresses()]]

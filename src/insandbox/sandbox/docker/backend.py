@@ -404,7 +404,7 @@ class DockerSandbox(DockerFiles):
             files = etc_files.contents(net, net in (*BUILTIN_NETWORKS, REGISTRIES), self._proxy)
             binds = await asyncio.to_thread(etc_files.create, self.name, files, labels[LABEL_OWNER])
         host_config = api.create_host_config(**limits.host_config_kwargs(self.spec.limits, size, self._network_mode,
-                                                                          self._runtime),
+                                                                          self._runtime, self.gvisor),
                                              binds=binds)
         creating = asyncio.ensure_future(engine.call(
             api.create_container, self.spec.image, command=["python3", "-c", BOOTSTRAP],
@@ -488,8 +488,13 @@ class DockerSandbox(DockerFiles):
         state = info.get("State", {})
         if state.get("OOMKilled"):
             return "the container was killed for exceeding its memory limit, by what ran in it", True
+        code = state.get("ExitCode")
+        if not state.get("Running") and self.gvisor and code not in (0, 137, 143, None):
+            # gVisor's kernel died of what ran in it (its host tasks hit the pids limit: a fork bomb); a stop
+            # or kill from outside (the engine, a user) exits 143 or 137
+            return f"gVisor stopped: what ran in it exhausted the sandbox's limits (exit code {code})", True
         if not state.get("Running"):
-            return f"the container stopped (exit code {state.get('ExitCode')})", False
+            return f"the container stopped (exit code {code})", False
         return "the container's server stopped answering", False
 
     def _channel_alive(self) -> bool:

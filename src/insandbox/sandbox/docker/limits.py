@@ -86,13 +86,21 @@ def is_quota_refusal(explanation: str) -> bool:
     return "storage-opt" in text or "storage opt" in text or "quota" in text and "not" in text
 
 
+# Under gVisor the engine's pids cgroup counts gVisor's own host tasks, not the sandbox's processes: with
+# Debian's runsc (ptrace platform) each process inside costs about 8-10 of them, and reaching the limit
+# kills the whole sandbox (measured: --pids-limit 1024 held 100 `sleep`s and died at 150; 12,288 held 1,000).
+# So the host's limit is scaled, and --pids-limit N lets about N processes run inside.
+GVISOR_HOST_TASKS_PER_PROCESS = 12
+
+
 def host_config_kwargs(limits: SandboxLimits, size: Optional[str], network_mode: str,
-                       runtime: Optional[str] = None) -> dict:
+                       runtime: Optional[str] = None, gvisor: bool = False) -> dict:
     """Keyword arguments of the Docker SDK's create_host_config for these limits (network_mode:
     limits.network as the backend resolved it, e.g. the registries proxy's network)."""
+    pids = limits.pids * GVISOR_HOST_TASKS_PER_PROCESS if limits.pids and gvisor else limits.pids
     kwargs = dict(
         mem_limit=limits.memory_bytes, memswap_limit=limits.memory_bytes,  # same value: no swap on top
-        nano_cpus=int(limits.cpus * 1e9) if limits.cpus else None, pids_limit=limits.pids,
+        nano_cpus=int(limits.cpus * 1e9) if limits.cpus else None, pids_limit=pids,
         network_mode=network_mode, init=False,
         cap_drop=["ALL"], cap_add=sorted({*KEPT_CAPABILITIES, *(c.upper() for c in limits.cap_add)}),
         security_opt=[NO_NEW_PRIVILEGES],
