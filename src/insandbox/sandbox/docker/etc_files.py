@@ -1,4 +1,5 @@
-"""/etc/hosts, /etc/resolv.conf and /etc/hostname of a Docker sandbox: ours, mounted read-only.
+"""/etc/hosts, /etc/resolv.conf and /etc/hostname of a Docker sandbox: ours, mounted read-only
+(and, on Podman, /run/.containerenv).
 
 The engine would otherwise keep these three files on the host (in its own folder, outside the
 container's disk limit) and mount them writable: a sandbox could append gigabytes to /etc/hosts, or
@@ -25,7 +26,8 @@ from pathlib import Path
 from typing import Optional
 
 HOSTNAME = "sandbox"
-FILES = {"hosts": "/etc/hosts", "resolv.conf": "/etc/resolv.conf", "hostname": "/etc/hostname"}
+FILES = {"hosts": "/etc/hosts", "resolv.conf": "/etc/resolv.conf", "hostname": "/etc/hostname",
+         "containerenv": "/run/.containerenv"}  # the last on Podman only (podman_files)
 FALLBACK_NAMESERVERS = ("8.8.8.8", "8.8.4.4")  # the engine's own fallback
 ENGINE_RESOLVER = "127.0.0.11"
 LOOPBACK_HOSTS = ("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\nfe00::0\tip6-localnet\n"
@@ -100,6 +102,13 @@ def contents(network: str, builtin: bool, proxy: Optional[tuple[str, str]] = Non
     else:  # a user-defined network: the engine's resolver, which forwards to the host's
         resolv = "\n".join([f"nameserver {ENGINE_RESOLVER}", *search_and_options(), "options ndots:0"]) + "\n"
     return {"hosts": hosts, "resolv.conf": resolv, "hostname": HOSTNAME + "\n"}
+
+
+def podman_files() -> dict[str, str]:
+    """Podman also mounts a file of its own writable into every container (/run/.containerenv, on the
+    host's /run: memory, outside the disk limit, and kept across a recycle): ours instead, empty and
+    read-only, as Podman's is for a container that is not privileged."""
+    return {"containerenv": ""}
 
 
 OWNER_FILE = ".owner"  # the creating process (docker.owner_label), for `insandbox clean`

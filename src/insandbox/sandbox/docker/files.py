@@ -7,6 +7,7 @@ ms and engine CPU per call), which also reads a stopped container's files.
 """
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import os
@@ -70,7 +71,8 @@ def _not_a_file(path: str, kind: str) -> SandboxFileError:
 
 
 class DockerFiles:
-    """The file half of DockerSandbox (it provides container_id, spec, exec, _request, _channel_free)."""
+    """The file half of DockerSandbox (it provides container_id, spec, exec, _request, _channel_free and
+    _channel_alive)."""
 
     async def stat(self, path: str) -> Optional[FileStat]:
         if self._channel_free():
@@ -100,8 +102,25 @@ class DockerFiles:
                 posixpath.join(posixpath.dirname(path), target))
         raise SandboxFileError(f"{path}: too many levels of symbolic links")
 
+    async def _settled(self) -> None:
+        """With the server gone the container is stopping: wait (5 s at most) until it has stopped
+        before reading its files through the engine. Podman reads a running container's files from
+        inside its mount namespace, and a container that dies meanwhile gives an error or an empty
+        archive; a stopped one it reads from its layers, as Docker always does."""
+        if self._channel_alive() or not self.container_id:
+            return
+        for _ in range(100):
+            try:
+                state = (await engine.call(engine.api().inspect_container, self.container_id)).get("State") or {}
+            except Exception:
+                return  # gone, or the engine is away: the read itself will say so
+            if not state.get("Running"):
+                return
+            await asyncio.sleep(0.05)
+
     async def _engine_stat(self, path: str) -> Optional[FileStat]:
         """The engine's view (the container's own filesystem, not procfs or in-container mounts)."""
+        await self._settled()
         api = engine.api()
         url = api._url("/containers/{0}/archive", self.container_id)
         try:
@@ -138,6 +157,7 @@ class DockerFiles:
                 raise SandboxFileError(f"cannot read {path}: {e.message}") from None
             except SandboxError:
                 pass  # the server is gone (stopped container): the archive API still reads its files
+        await self._settled()
         api = engine.api()
 
         def fetch() -> bytes:
@@ -286,6 +306,7 @@ class DockerFiles:
     async def _copy_streamed(self, root: str, dest: Path, budget: CopyBudget) -> list[str]:
         import docker.errors
 
+        await self._settled()
         api = engine.api()
 
         def fetch() -> list[str]:
