@@ -25,6 +25,8 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
+from . import engine
+
 HOSTNAME = "sandbox"
 FILES = {"hosts": "/etc/hosts", "resolv.conf": "/etc/resolv.conf", "hostname": "/etc/hostname",
          "containerenv": "/run/.containerenv"}  # the last on Podman only (podman_files)
@@ -112,6 +114,7 @@ def podman_files() -> dict[str, str]:
 
 
 OWNER_FILE = ".owner"  # the creating process (docker.owner_label), for `insandbox clean`
+ENGINE_FILE = ".engine"  # the engine (DOCKER_HOST) of its container: one host may run several (Docker, Podman)
 
 
 def create(name: str, files: dict[str, str], owner: str) -> dict[str, dict]:
@@ -120,6 +123,7 @@ def create(name: str, files: dict[str, str], owner: str) -> dict[str, dict]:
     folder.mkdir(parents=True, exist_ok=True)
     os.chmod(folder.parent, 0o755)
     (folder / OWNER_FILE).write_text(owner)
+    (folder / ENGINE_FILE).write_text(engine.docker_host())
     binds = {}
     for file, text in files.items():
         path = folder / file
@@ -141,9 +145,12 @@ def remove(name: str) -> None:
 
 
 def folders() -> list[tuple[Path, str]]:
-    """(folder, owner) of every sandbox's files on this host."""
+    """(folder, owner) of every sandbox's files on this host whose container is on this process's engine
+    (a folder of another engine's sandbox is not ours to judge: its container is not in our list)."""
     try:
         found = [p for p in root().iterdir() if p.is_dir()]
     except OSError:
         return []
-    return [(p, _read(str(p / OWNER_FILE)).strip()) for p in found]
+    here = engine.docker_host()
+    return [(p, _read(str(p / OWNER_FILE)).strip()) for p in found
+            if (_read(str(p / ENGINE_FILE)).strip() or here) == here]
