@@ -92,6 +92,10 @@ class Channel:
             raise SandboxError(f"sandbox {self.name} did not answer within {wait_s:.0f}s") from None
         finally:
             self.pending.pop(rid, None)
+            if not fut.done():
+                fut.cancel()
+            elif not fut.cancelled():
+                fut.exception()  # the reader failed it after this request gave up: retrieved here
         if not reply.get("ok"):
             raise ServerError(self.name, str(reply.get("error")))
         return reply

@@ -106,7 +106,8 @@ class DockerFiles:
         """With the server gone the container is stopping: wait (5 s at most) until it has stopped
         before reading its files through the engine. Podman reads a running container's files from
         inside its mount namespace, and a container that dies meanwhile gives an error or an empty
-        archive; a stopped one it reads from its layers, as Docker always does."""
+        archive; a stopped one it reads from its layers, as Docker always does. Podman says "stopped"
+        (Running false) for the ~0.2 s its cleanup still unmounts the container, and "exited" after."""
         if self._channel_alive() or not self.container_id:
             return
         for _ in range(100):
@@ -114,7 +115,7 @@ class DockerFiles:
                 state = (await engine.call(engine.api().inspect_container, self.container_id)).get("State") or {}
             except Exception:
                 return  # gone, or the engine is away: the read itself will say so
-            if not state.get("Running"):
+            if not state.get("Running") and state.get("Status") not in ("stopping", "stopped"):
                 return
             await asyncio.sleep(0.05)
 
