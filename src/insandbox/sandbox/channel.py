@@ -72,11 +72,20 @@ class ServerChannel:
             await self.writer.drain()
             reply = await asyncio.wait_for(fut, wait_s)
         except (ConnectionError, OSError) as e:
+            # the write may hear of the lost connection before the reader does (Podman drops it at once
+            # when the container dies): let the reader finish, so the error says why
+            await asyncio.wait([self._task], timeout=1.0)
+            if self.closed_reason:
+                raise SandboxError(f"sandbox {self.name} is gone: {self.closed_reason}") from e
             raise SandboxError(f"sandbox {self.name}: channel broke: {e}") from e
         except asyncio.TimeoutError:
             raise SandboxError(f"sandbox {self.name} did not answer within {wait_s:.0f}s") from None
         finally:
             self.pending.pop(rid, None)
+            if not fut.done():
+                fut.cancel()
+            elif not fut.cancelled():
+                fut.exception()  # the reader failed it after this request gave up: retrieved here
         if not reply.get("ok"):
             raise ServerError(self.name, str(reply.get("error")))
         return reply

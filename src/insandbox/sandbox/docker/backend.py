@@ -117,7 +117,7 @@ class DockerSandbox(DockerFiles):
 
         api = await engine.call(engine.api)
         net = spec.limits.network
-        why = isolation_unavailable(net)
+        why = isolation_unavailable(net) or await engine.call(limits.unenforceable, spec.limits)
         if why:
             raise SetupError(why)
         if net == REGISTRIES:
@@ -169,7 +169,7 @@ class DockerSandbox(DockerFiles):
         removed = []
         for cid, name in list(UNREMOVED.items()):
             try:
-                await engine.call(engine.api().remove_container, cid, force=True, v=True)
+                await engine.call(engine.remove_container, engine.api(), cid)
             except Exception as e:
                 if not engine.is_not_found(e):
                     continue
@@ -182,7 +182,7 @@ class DockerSandbox(DockerFiles):
     def kill_all_now(cls) -> None:
         for cid in list(LIVE):
             try:
-                engine.api().remove_container(cid, force=True, v=True)
+                engine.remove_container(engine.api(), cid)
             except Exception:
                 pass
             LIVE.pop(cid, None)
@@ -247,7 +247,7 @@ class DockerSandbox(DockerFiles):
         if self.gvisor:  # Debian's runsc refuses a stat flag coreutils passes: the image's shim asks again
             env = {**env, "LD_PRELOAD": runtimes.STATX_SHIM}
         self._network_mode, self._env = network_mode, env
-        why = isolation_unavailable(lim.network)
+        why = isolation_unavailable(lim.network) or await engine.call(limits.unenforceable, lim)
         if why:
             raise SetupError(why)
         try:
@@ -402,6 +402,8 @@ class DockerSandbox(DockerFiles):
         binds = None
         if not net.startswith("container:") and engine.is_local():  # that mode shares the other's files
             files = etc_files.contents(net, net in (*BUILTIN_NETWORKS, REGISTRIES), self._proxy)
+            if await engine.call(engine.is_podman):
+                files.update(etc_files.podman_files())
             binds = await asyncio.to_thread(etc_files.create, self.name, files, labels[LABEL_OWNER])
         host_config = api.create_host_config(**limits.host_config_kwargs(self.spec.limits, size, self._network_mode,
                                                                           self._runtime, self.gvisor),
@@ -461,7 +463,7 @@ class DockerSandbox(DockerFiles):
             await self.channel.close()
         if self.container_id:
             try:
-                await engine.call(engine.api().remove_container, self.container_id, force=True, v=True)
+                await engine.call(engine.remove_container, engine.api(), self.container_id)
             except Exception as e:
                 if not engine.is_not_found(e) and "already in progress" not in str(e):
                     self._closed = False  # let a later close() try again

@@ -1,4 +1,5 @@
-"""/etc/hosts, /etc/resolv.conf and /etc/hostname of a Docker sandbox: ours, mounted read-only.
+"""/etc/hosts, /etc/resolv.conf and /etc/hostname of a Docker sandbox: ours, mounted read-only
+(and, on Podman, /run/.containerenv).
 
 The engine would otherwise keep these three files on the host (in its own folder, outside the
 container's disk limit) and mount them writable: a sandbox could append gigabytes to /etc/hosts, or
@@ -17,10 +18,10 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from .. import netfiles
 from ..netfiles import (  # noqa: F401 (re-exported: what the files hold is the same for every backend)
     ENGINE_RESOLVER,
     FALLBACK_NAMESERVERS,
-    FILES,
     HOSTNAME,
     LOOPBACK_HOSTS,
     _read,
@@ -28,6 +29,9 @@ from ..netfiles import (  # noqa: F401 (re-exported: what the files hold is the 
     host_resolv_conf,
     search_and_options,
 )
+from . import engine
+
+FILES = {**netfiles.FILES, "containerenv": "/run/.containerenv"}  # the last on Podman only (podman_files)
 
 
 def root() -> Path:
@@ -40,7 +44,15 @@ def root() -> Path:
     return Path(tempfile.gettempdir()) / f"insandbox-{os.getuid()}-etc"
 
 
+def podman_files() -> dict[str, str]:
+    """Podman also mounts a file of its own writable into every container (/run/.containerenv, on the
+    host's /run: memory, outside the disk limit, and kept across a recycle): ours instead, empty and
+    read-only, as Podman's is for a container that is not privileged."""
+    return {"containerenv": ""}
+
+
 OWNER_FILE = ".owner"  # the creating process (docker.owner_label), for `insandbox clean`
+ENGINE_FILE = ".engine"  # the engine (DOCKER_HOST) of its container: one host may run several (Docker, Podman)
 
 
 def create(name: str, files: dict[str, str], owner: str) -> dict[str, dict]:
@@ -49,6 +61,7 @@ def create(name: str, files: dict[str, str], owner: str) -> dict[str, dict]:
     folder.mkdir(parents=True, exist_ok=True)
     os.chmod(folder.parent, 0o755)
     (folder / OWNER_FILE).write_text(owner)
+    (folder / ENGINE_FILE).write_text(engine.docker_host())
     binds = {}
     for file, text in files.items():
         path = folder / file
@@ -70,9 +83,12 @@ def remove(name: str) -> None:
 
 
 def folders() -> list[tuple[Path, str]]:
-    """(folder, owner) of every sandbox's files on this host."""
+    """(folder, owner) of every sandbox's files on this host whose container is on this process's engine
+    (a folder of another engine's sandbox is not ours to judge: its container is not in our list)."""
     try:
         found = [p for p in root().iterdir() if p.is_dir()]
     except OSError:
         return []
-    return [(p, _read(str(p / OWNER_FILE)).strip()) for p in found]
+    here = engine.docker_host()
+    return [(p, _read(str(p / OWNER_FILE)).strip()) for p in found
+            if (_read(str(p / ENGINE_FILE)).strip() or here) == here]

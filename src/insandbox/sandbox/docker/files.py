@@ -7,6 +7,7 @@ running one's while its server is busy with a command.
 """
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import os
@@ -38,10 +39,29 @@ def kind_of_go_mode(mode: int) -> str:
 
 
 class DockerFiles(ServerFiles):
-    """The file half of DockerSandbox (it provides container_id, spec, exec, _request, _channel_free)."""
+    """The file half of DockerSandbox (it provides container_id, spec, exec, _request, _channel_free and
+    _channel_alive)."""
+
+    async def _settled(self) -> None:
+        """With the server gone the container is stopping: wait (5 s at most) until it has stopped
+        before reading its files through the engine. Podman reads a running container's files from
+        inside its mount namespace, and a container that dies meanwhile gives an error or an empty
+        archive; a stopped one it reads from its layers, as Docker always does. Podman says "stopped"
+        (Running false) for the ~0.2 s its cleanup still unmounts the container, and "exited" after."""
+        if self._channel_alive() or not self.container_id:
+            return
+        for _ in range(100):
+            try:
+                state = (await engine.call(engine.api().inspect_container, self.container_id)).get("State") or {}
+            except Exception:
+                return  # gone, or the engine is away: the read itself will say so
+            if not state.get("Running") and state.get("Status") not in ("stopping", "stopped"):
+                return
+            await asyncio.sleep(0.05)
 
     async def _stat_elsewhere(self, path: str) -> Optional[FileStat]:
         """The engine's view (the container's own filesystem, not procfs or in-container mounts)."""
+        await self._settled()
         api = engine.api()
         url = api._url("/containers/{0}/archive", self.container_id)
         try:
@@ -61,6 +81,7 @@ class DockerFiles(ServerFiles):
     async def _read_elsewhere(self, path: str) -> bytes:
         import docker.errors
 
+        await self._settled()
         api = engine.api()
 
         def fetch() -> bytes:
@@ -124,6 +145,7 @@ class DockerFiles(ServerFiles):
         """The engine streams the folder (a stopped container's too); the same rules apply member by member."""
         import docker.errors
 
+        await self._settled()
         api = engine.api()
 
         def fetch() -> list[str]:

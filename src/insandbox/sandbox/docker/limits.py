@@ -41,10 +41,10 @@ def disk_mode(api) -> tuple[Optional[str], str]:
     host = engine.docker_host()
     with _lock:
         if host not in _mode:
-            info = api.info()
+            info = api.info()  # Podman calls its overlay driver `overlay`: size= works there too, on XFS
             driver = _driver[host] = info.get("Driver", "")
             backing = dict(tuple(x) for x in info.get("DriverStatus") or () if len(x) == 2).get("Backing Filesystem")
-            if driver in ("btrfs", "zfs", "devicemapper") or (driver == "overlay2" and backing == "xfs"):
+            if driver in ("btrfs", "zfs", "devicemapper") or (driver in ("overlay2", "overlay") and backing == "xfs"):
                 _mode[host] = (ENGINE, "")
             else:
                 why = disk.unavailable(info)
@@ -84,6 +84,28 @@ def is_quota_refusal(explanation: str) -> bool:
     """The engine refused size= because its storage cannot do it (overlay2 without pquota, ...)."""
     text = explanation.lower()
     return "storage-opt" in text or "storage opt" in text or "quota" in text and "not" in text
+
+
+def unenforceable(limits: SandboxLimits) -> str:
+    """Why this engine would start sandboxes without the memory, CPU or process limits asked for, which
+    it does silently ("" when it sets them): rootless Podman without those cgroup controllers delegated
+    to its user (cgroup v1 delegates none)."""
+    known = {"memory": ("memory", "memory", "--memory none"), "cpu": ("cpus", "CPU", "--cpus 0"),
+             "pids": ("pids", "process", "--pids-limit 0")}  # controller: (field, what, how to turn it off)
+    asked = {c: known[c] for c in known if getattr(limits, known[c][0])}
+    if not asked or not engine.is_podman():
+        return ""
+    host = engine.podman_host()
+    if not (host.get("security") or {}).get("rootless"):
+        return ""
+    v2 = host.get("cgroupVersion") == "v2"
+    missing = [c for c in asked if not v2 or c not in (host.get("cgroupControllers") or ())]
+    if not missing:
+        return ""
+    where = "on cgroup v1" if not v2 else f"without the {', '.join(missing)} cgroup controller(s) delegated"
+    return (f"the engine at {engine.docker_host()} is rootless Podman {where}: it would start sandboxes without "
+            f"their {'/'.join(asked[c][1] for c in missing)} limits. Use rootful Podman (or cgroup v2 with the "
+            f"controllers delegated), or run without them ({' '.join(asked[c][2] for c in missing)})")
 
 
 # Under gVisor the engine's pids cgroup counts gVisor's own host tasks, not the sandbox's processes: with
