@@ -293,6 +293,48 @@ def test_a_run_from_the_command_line(rootful, scripted, tmp_path):
     assert rootful.api().containers(all=True, filters={"label": f"{LABEL}=1"}) == []
 
 
+def test_a_benchmark_and_rl_rollouts_on_podman(rootful, scripted, tmp_path):
+    """`bench` (recycled sandboxes from the pool) and RL rollouts on Podman's service: each sample
+    proves it ran there (Podman's own /run/.containerenv, emptied by insandbox, exists only on Podman)."""
+    from insandbox.bench.runner import BenchConfig, run_bench
+    from insandbox.config import RunConfig
+    from insandbox.models.local_server import default_gguf
+    from insandbox.rl.rewards import RewardResult
+    from insandbox.rl.rollout import RolloutConfig, Rollouts, check_record
+    from insandbox.rl.rollout.backends import load_gguf_tokenizer
+    from insandbox.rl.rollout.backends.scripted import ScriptedGenerator
+
+    task = tmp_path / "probe.yaml"
+    task.write_text("name: probe\nextends: _base\nscorer: exact\ninstance_prompt: |-\n  {problem_statement}\n")
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps({"id": f"p{i}", "problem_statement": f"probe {i}", "ground_truth": "podman"})
+                            + "\n" for i in range(4)))
+    look = ("test -e /run/.containerenv && test ! -e /testbed/mark && echo podman > /testbed/answer.txt "
+            "|| echo other > /testbed/answer.txt; touch /testbed/mark")
+    srv = scripted({"turns": [{"tool": "execute_bash", "args": {"command": look}}, {"tool": "submit"}]})
+    cfg = BenchConfig(task=str(task), data=str(data), concurrency=2, output_dir=str(tmp_path / "bench"),
+                      run=RunConfig(model="m", base_url=srv.url, image=IMAGE, max_steps=4))
+    result = asyncio.run(run_bench(cfg))
+    assert [r["score"] for r in result.records] == [1.0] * 4, [r["error"] for r in result.records]
+    assert result.summary["session"]["sandbox_pool"]["recycled"] >= 1  # and the mark never seen again
+
+    async def exact(row, outcome, config):
+        ok = float((outcome.answer or "").strip() == row["ground_truth"])
+        return RewardResult(value=ok, correct=ok, detail={})
+
+    def call(name: str, **args) -> str:
+        return f'<tool_call>\n{json.dumps({"name": name, "arguments": args})}\n</tool_call>'
+
+    r = Rollouts(load_gguf_tokenizer(default_gguf()),
+                 RolloutConfig(image=IMAGE, network="none", max_turns=4), reward_fn=exact)
+    gen = ScriptedGenerator(r.chat, [{"turns": [call("execute_bash", command=look), call("submit")]}])
+    records = asyncio.run(r.run_groups([{"id": "t", "problem_statement": "where?", "ground_truth": "podman"}], gen,
+                                       n=2, concurrency=2))
+    assert [x.reward for x in records] == [1.0, 1.0], [x.error for x in records]
+    assert all(check_record(x, r.chat) == [] for x in records)
+    assert rootful.api().containers(all=True, filters={"label": f"{LABEL}=1"}) == []
+
+
 def test_shell_files_and_failures(rootful, tmp_path):
     async def body(made):
         sb = await _started(made, limits=SandboxLimits(network="none"))
