@@ -159,6 +159,9 @@ def test_the_command_line_takes_backend_bwrap(no_engine, scripted, tmp_path):
     traj = json.loads((tmp_path / "run/trajectory.json").read_text())
     assert traj["exit_reason"] == "submitted" and traj["sandbox"]["backend"] == "bwrap"
     assert (tmp_path / "run/answer.txt").read_text() == "7\n"
+    # no engine here: a replay in a Docker sandbox would fail
+    r = cli("replay", str(tmp_path / "run"), "--backend", "bwrap", "--network", "none", "-q")
+    assert r.returncode == 0 and "2 identical, 0 differ" in r.stdout, (r.stdout, r.stderr)
     r = cli("run", "7?", "--backend", "nope", "--model", "m", "--base-url", srv.url, "-q")
     assert r.returncode != 0 and r.stderr.strip().splitlines() == [
         "insandbox: unknown sandbox backend 'nope'; known: docker, bwrap"]
