@@ -1,7 +1,7 @@
 """Benchmark throughput: samples per minute at several concurrencies, against the ideal.
 
     .venv/bin/python benchmarks/bench_throughput.py [--latency 1.0] [--calls 10] [--concurrency 8 32 64] [--waves 2]
-        [--no-pool | --no-recycle]
+        [--no-pool | --no-recycle] [--backend docker|bwrap] [--network bridge|none|host]
 
 A scripted model (its own process, like any model server) answers every call after `latency`
 seconds; each sample makes `calls`
@@ -14,6 +14,8 @@ its first sandbox and before the slots drain, the rate once the engine's start-u
 By default samples take their sandboxes from the bench's
 pool, which recycles them (sandbox/pool.py); --no-recycle keeps the pool but removes each
 used sandbox, --no-pool gives every sample a sandbox of its own as before the pool.
+--backend bwrap runs the sandboxes without a Docker engine (sandbox/bwrap/): it cannot recycle, so its
+pool starts fresh sandboxes ahead and removes used ones.
 """
 from __future__ import annotations
 
@@ -74,7 +76,7 @@ def model_server(turns: dict, latency: float, work: Path):
 
 
 async def measure(concurrency: int, n: int, latency: float, calls: int, work: Path, pool: bool = True,
-                  recycle: bool = True) -> dict:
+                  recycle: bool = True, backend: str = "docker", network: str = "bridge") -> dict:
     data = work / f"rows-{concurrency}.jsonl"
     data.write_text("".join(json.dumps({"id": f"s{i}", "problem_statement": f"Throughput probe {i}.",
                                         "ground_truth": "done"}) + "\n" for i in range(n)))
@@ -83,7 +85,8 @@ async def measure(concurrency: int, n: int, latency: float, calls: int, work: Pa
     with model_server(script(calls), latency, work) as srv:
         cfg = BenchConfig(task=str(task), data=data, concurrency=concurrency, output_dir=work / f"run-{concurrency}",
                           pool=pool, recycle=recycle,
-                          run=RunConfig(model="scripted", base_url=srv.url, max_steps=calls + 5))
+                          run=RunConfig(model="scripted", base_url=srv.url, max_steps=calls + 5, backend=backend,
+                                        network=network))
         t0 = time.time()
         result = await run_bench(cfg)
         wall = time.time() - t0
@@ -114,11 +117,13 @@ async def main(a: argparse.Namespace) -> None:
     rows = []
     with tempfile.TemporaryDirectory(prefix="insandbox-throughput-") as tmp:
         for c in a.concurrency:
-            rows.append(await measure(c, c * a.waves, a.latency, a.calls, Path(tmp), not a.no_pool, not a.no_recycle))
+            rows.append(await measure(c, c * a.waves, a.latency, a.calls, Path(tmp), not a.no_pool, not a.no_recycle,
+                                      a.backend, a.network))
             r = rows[-1]
             print(f"  concurrency {c}: {r['samples']} samples in {r['wall_s']:.1f}s", flush=True)
     how = "no pool" if a.no_pool else "pool without recycling" if a.no_recycle else "pool with recycling"
-    print(f"\nscripted model: {a.latency:g} s per call, {a.calls} calls per sample, {a.waves} waves; {how}\n")
+    print(f"\nscripted model: {a.latency:g} s per call, {a.calls} calls per sample, {a.waves} waves; {how}; "
+          f"backend {a.backend}, --network {a.network}\n")
     print(f"{'concurrency':>11} {'samples':>8} {'errors':>7} {'wall s':>7} {'samples/min':>12} {'ideal/min':>10} "
           f"{'of ideal':>9} {'sample p50 s':>13} {'overhead/sample s':>18} {'containers':>11} {'recycled':>9} "
           f"{'discarded':>10} {'ramp s':>7} {'steady/min':>11} {'steady of ideal':>16}")
@@ -139,4 +144,6 @@ if __name__ == "__main__":
     ap.add_argument("--waves", type=int, default=2)
     ap.add_argument("--no-pool", action="store_true", help="every sample starts and removes its own sandbox")
     ap.add_argument("--no-recycle", action="store_true", help="the pool removes used sandboxes instead")
+    ap.add_argument("--backend", default="docker", help="sandbox backend: docker, or bwrap (no engine)")
+    ap.add_argument("--network", default="bridge", help="the sandboxes' network mode")
     asyncio.run(main(ap.parse_args()))

@@ -17,6 +17,8 @@
 #      INSANDBOX_SKIP_LLAMA_SERVER=1  do not build llama-server (scripts/build_llama_server.sh; ~10 minutes
 #                              on 2 cores the first time; the third_party_server tests need it)
 #      INSANDBOX_SKIP_IMAGE=1  do not build the sandbox image (nor the registries proxy's)
+#      INSANDBOX_GVISOR=1      also install gVisor (Debian's runsc) and register it with the engine as `runsc`
+#                              (`--runtime gvisor`); the tests under gVisor need it
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -40,6 +42,12 @@ python3 -c "import venv, ensurepip" >/dev/null 2>&1 || need+=(python3-venv)
 command -v git >/dev/null 2>&1 || need+=(git)
 command -v g++ >/dev/null 2>&1 || need+=(build-essential)
 command -v cmake >/dev/null 2>&1 || need+=(cmake)
+# the sandbox backends beyond Docker's runc: bubblewrap and slirp4netns (--backend bwrap, no engine),
+# Podman and newuidmap (the Docker backend on Podman's service, rootful and rootless)
+command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
+command -v slirp4netns >/dev/null 2>&1 || need+=(slirp4netns)
+command -v podman >/dev/null 2>&1 || need+=(podman)
+command -v newuidmap >/dev/null 2>&1 || need+=(uidmap)
 # headless Chromium for the viewer's browser tests (tests/viewer, driven by Playwright's Python client).
 # Ubuntu's `chromium` package is only a stub that installs a snap: there, step 4 fetches Playwright's build.
 distro=$(. /etc/os-release 2>/dev/null && echo "${ID:-}")
@@ -73,6 +81,26 @@ if ! docker info >/dev/null 2>&1; then
     for _ in $(seq 60); do docker info >/dev/null 2>&1 && break; sleep 0.5; done
   fi
   docker info >/dev/null 2>&1 || { tail -20 /var/log/insandbox-dockerd.log; echo "dockerd did not start" >&2; exit 1; }
+fi
+
+# --- 2b. gVisor, when asked ---------------------------------------------------------------
+if [ "${INSANDBOX_GVISOR:-}" = 1 ]; then
+  command -v runsc >/dev/null 2>&1 || { log "installing gVisor (runsc)"; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq runsc >/dev/null; }
+  if ! docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q '"runsc"'; then
+    # --network=host hands gVisor the container's own network namespace (its own stack will not start in
+    # the root namespace of some VMs); the sandbox's packet filter then applies as under runc
+    log "registering runsc with the Docker engine (/etc/docker/daemon.json)"
+    python3 - <<'PY'
+import json, pathlib
+p = pathlib.Path("/etc/docker/daemon.json")
+cfg = json.loads(p.read_text()) if p.exists() and p.read_text().strip() else {}
+cfg.setdefault("runtimes", {})["runsc"] = {"path": "/usr/bin/runsc", "runtimeArgs": ["--network=host"]}
+p.parent.mkdir(parents=True, exist_ok=True)
+p.write_text(json.dumps(cfg, indent=2) + "\n")
+PY
+    kill -HUP "$(pidof dockerd)"  # the engine reads its runtimes again, nothing restarts
+    for _ in $(seq 20); do docker info --format '{{json .Runtimes}}' | grep -q '"runsc"' && break; sleep 0.5; done
+  fi
 fi
 
 # --- 3. the Python environment ------------------------------------------------------------

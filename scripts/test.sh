@@ -3,7 +3,7 @@
 # Docker engine. Extra arguments go to pytest, e.g. `bash scripts/test.sh -k editor`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+INSANDBOX_GVISOR=1 bash scripts/setup.sh  # the tests also run sandboxes under gVisor
 echo "[test] ruff check"
 .venv/bin/ruff check .
 echo "[test] import contracts (lint-imports)"

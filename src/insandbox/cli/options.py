@@ -144,6 +144,9 @@ _declare("stuck_after", int, defaults.STUCK_AFTER, "Stop as `stuck` after the sa
          "this many times in a row (0: never).", T, read=_zero_is_none)
 _declare("prompt_config", Optional[Path], None, "YAML with system_prompt and instance_prompt (bench: overrides the "
          "task's keys it sets).", T)
+_declare("backend", str, defaults.BACKEND, "Sandbox backend: docker (a Docker engine, or Podman's through "
+         "DOCKER_HOST) or bwrap (no engine and no root; see the README, 'Without Docker'), or one registered "
+         "with insandbox.sandbox.register_backend.", S)
 _declare("image", str, defaults.IMAGE, "Sandbox image (built on first use if it is insandbox:*).", S)
 _declare("timeout_per_command", float, defaults.COMMAND_TIMEOUT_S, "Seconds before a command is killed with "
          "everything it started.", S)

@@ -11,7 +11,7 @@ from .common import BadArgument, fail, finish
 from .options import FORK_MODEL, GRANTS, S, read_query, sandbox_given, settings, shared_options, show_granted
 
 
-@shared_options(*GRANTS[1:], unset=True)  # --image: replay words it its own way, before --quiet
+@shared_options("backend", *GRANTS[1:], unset=True)  # --image: replay words it its own way, before --quiet
 def replay(
     run_dir: Annotated[Path, typer.Argument(help="A run folder, or a benchmark sample's samples/<mode>/<id>/r<k>.")],
     until: Annotated[Optional[int], typer.Option(help="Replay steps 1..K only.")] = None,
@@ -44,6 +44,8 @@ def replay(
         fail("--until: give a step number from 1")
     try:
         recorded = load_recorded(run_dir, given=sandbox_given({**shared, "image": image}))
+        if shared.get("backend"):  # never taken from the run folder: the backend is this machine's choice
+            recorded.settings = recorded.settings.model_copy(update={"backend": shared["backend"]})
         replayer = Replayer(recorded, ignore or [], input_dir)
     except (BadArgument, ConfigError, ReplayError, InputsMissing, UnsafeRunFolder) as e:
         fail(str(e))

@@ -25,7 +25,7 @@ from .base import (
 )
 
 # name -> "module:class". A new backend is a folder under sandbox/ and one line here.
-BACKENDS = {"docker": "insandbox.sandbox.docker:DockerSandbox"}
+BACKENDS = {"docker": "insandbox.sandbox.docker:DockerSandbox", "bwrap": "insandbox.sandbox.bwrap:BwrapSandbox"}
 
 
 def register_backend(name: str, target: str) -> None:

@@ -35,9 +35,10 @@ from ..base import (
     SandboxSpec,
     SetupError,
 )
+from ..channel import server_source
 from ..guest import protocol
 from ..guest.protocol import BOOTSTRAP
-from . import engine, etc_files, limits, netfilter
+from . import engine, etc_files, limits, netfilter, runtimes
 from .channel import Channel
 from .files import CHANNEL_GRACE_S, DockerFiles
 from .labels import LABEL, LABEL_CREATED, LABEL_OWNER, LABEL_RUN, owner_label, process_start  # noqa: F401
@@ -46,7 +47,6 @@ BUILTIN_NETWORKS = ("bridge", "none", "host")
 REGISTRIES = "registries"  # our own mode: package registries only, through proxy.py
 
 
-_SERVER_SOURCE: Optional[str] = None
 _WARNED: dict[str, bool] = {}  # docker host -> the missing disk limit was reported
 LIVE: dict[str, str] = {}  # container id -> name, of sandboxes this process has not removed yet
 UNREMOVED: dict[str, str] = {}  # container id -> name, of those whose removal failed (the engine was away)
@@ -79,14 +79,6 @@ def isolation_unavailable(network: str) -> str:
     return ""
 
 
-def server_source() -> str:
-    global _SERVER_SOURCE
-    if _SERVER_SOURCE is None:
-        guest = Path(__file__).parent.parent / "guest"  # the protocol's names first: the server uses them
-        _SERVER_SOURCE = (guest / "protocol.py").read_text() + "\n" + (guest / "server.py").read_text()
-    return _SERVER_SOURCE
-
-
 class DockerSandbox(DockerFiles):
     backend: ClassVar[str] = "docker"
     capabilities: ClassVar[Capabilities] = Capabilities(
@@ -108,6 +100,8 @@ class DockerSandbox(DockerFiles):
         self.last_recycle: dict = {}  # what the reset before the current sample did
         self._restorer = None  # recycle.Restorer, made at start when the spec asks for recycling
         self.not_recyclable = ""  # why this container must serve one sample only
+        self._runtime: Optional[str] = None  # the engine's name for the runtime (runtimes.resolve)
+        self.gvisor = False
         self.isolated = False  # its packet filter keeps it apart from the other sandboxes (netfilter.py)
         self._inspect: dict = {}  # the engine's inspect, right after the start
         self._proxy: Optional[tuple[str, str]] = None  # registries: the proxy's (address, name)
@@ -123,7 +117,7 @@ class DockerSandbox(DockerFiles):
 
         api = await engine.call(engine.api)
         net = spec.limits.network
-        why = isolation_unavailable(net)
+        why = isolation_unavailable(net) or await engine.call(limits.unenforceable, spec.limits)
         if why:
             raise SetupError(why)
         if net == REGISTRIES:
@@ -136,10 +130,13 @@ class DockerSandbox(DockerFiles):
                 known = sorted({*BUILTIN_NETWORKS, REGISTRIES, *others})
                 raise SetupError(f"--network {net!r}: no such Docker network (known: {', '.join(known)})")
         if spec.limits.runtime:
-            known = (await engine.call(api.info)).get("Runtimes") or {}
-            if spec.limits.runtime not in known:
-                raise SetupError(f"--runtime {spec.limits.runtime!r}: the Docker engine has no such runtime "
-                                 f"(it has: {', '.join(sorted(known))}); see the README, 'Security and reliability'")
+            runtimes.forget()  # a runtime registered since (setup.sh, a SIGHUP'd engine) is seen
+            _, gvisor = await engine.call(runtimes.resolve, api, spec.limits.runtime)
+            if gvisor and await engine.call(image.image_exists, spec.image):
+                labels = ((await engine.call(api.inspect_image, spec.image)).get("Config") or {}).get("Labels") or {}
+                if not labels.get(runtimes.SHIM_LABEL):
+                    raise SetupError(f"image {spec.image} predates gVisor support (statx shim, /tmp): rebuild it with "
+                                     f"`insandbox image build --tag {spec.image}`")
         if spec.limits.disk:
             mode, why = await engine.call(limits.disk_mode, api)
             if mode is None and not _WARNED.get(engine.docker_host()):
@@ -172,7 +169,7 @@ class DockerSandbox(DockerFiles):
         removed = []
         for cid, name in list(UNREMOVED.items()):
             try:
-                await engine.call(engine.api().remove_container, cid, force=True, v=True)
+                await engine.call(engine.remove_container, engine.api(), cid)
             except Exception as e:
                 if not engine.is_not_found(e):
                     continue
@@ -185,17 +182,46 @@ class DockerSandbox(DockerFiles):
     def kill_all_now(cls) -> None:
         for cid in list(LIVE):
             try:
-                engine.api().remove_container(cid, force=True, v=True)
+                engine.remove_container(engine.api(), cid)
             except Exception:
                 pass
             LIVE.pop(cid, None)
 
+    # ------------------------------------------------------------------ an image's files, for engine-less backends
+    @classmethod
+    def image_id(cls, image: str) -> Optional[str]:
+        """The image's id in the engine, None where it is not there; raises when the engine does not answer."""
+        from . import export
+
+        return export.image_id(image)
+
+    @classmethod
+    def export_root_tree(cls, image: str, tree: Path) -> dict:
+        """The image's files unpacked into the folder `tree` (the bwrap backend's cache); returns its image.json."""
+        from . import export
+
+        return export.export_tree(image, tree)
+
+    @classmethod
+    def export_root_filesystem(cls, image: str, out: Path) -> Path:
+        """`insandbox image export --out PATH`: a folder (root/, image.json) or a .tar for INSANDBOX_ROOTFS."""
+        from . import export
+
+        return export.export_image(image, out)
+
     # ------------------------------------------------------------------ lifetime
     async def start(self) -> None:
         """Waits for room on the host first; a start the engine refuses for want of room waits and is
-        tried again as a fresh container (admission.py)."""
+        tried again as a fresh container (admission.py); so is a gVisor sandbox that failed to boot."""
         door = self.spec.admission or admission.gate()  # the session's, else the process's gate
-        await door.start(self.spec.limits.network, self._start_once, self._fresh_attempt)
+        for tries_left in range(runtimes.BOOT_TRIES - 1, -1, -1):
+            try:
+                await door.start(self.spec.limits.network, self._start_once, self._fresh_attempt)
+                return
+            except SandboxError as e:
+                if not (self.gvisor and tries_left and runtimes.failed_to_boot(str(e))):
+                    raise
+                self._fresh_attempt()
 
     def _fresh_attempt(self) -> None:
         etc_files.remove(self.name)
@@ -217,8 +243,11 @@ class DockerSandbox(DockerFiles):
             network_mode, env = px.network_id, {**px.env(), **env}
             self.network_info = px.info()
             self._proxy = (px.address, px.name)
+        self._runtime, self.gvisor = await engine.call(runtimes.resolve, api, lim.runtime)
+        if self.gvisor:  # Debian's runsc refuses a stat flag coreutils passes: the image's shim asks again
+            env = {**env, "LD_PRELOAD": runtimes.STATX_SHIM}
         self._network_mode, self._env = network_mode, env
-        why = isolation_unavailable(lim.network)
+        why = isolation_unavailable(lim.network) or await engine.call(limits.unenforceable, lim)
         if why:
             raise SetupError(why)
         try:
@@ -294,6 +323,8 @@ class DockerSandbox(DockerFiles):
         guard = self.server_info.get("guard") or {}
         if self.spec.limits.cap_add:
             self.not_recyclable = "capabilities were given back (--cap-add)"
+        elif self.gvisor:
+            self.not_recyclable = "gVisor keeps its own view of the files a restore would change: fresh sandboxes"
         elif guard.get("dumpable") != 0 or guard.get("gaps") or "guard" not in self.server_info:
             self.not_recyclable = "; ".join(guard.get("gaps") or []) or "the server cannot protect itself"
         if self.not_recyclable:
@@ -371,8 +402,11 @@ class DockerSandbox(DockerFiles):
         binds = None
         if not net.startswith("container:") and engine.is_local():  # that mode shares the other's files
             files = etc_files.contents(net, net in (*BUILTIN_NETWORKS, REGISTRIES), self._proxy)
+            if await engine.call(engine.is_podman):
+                files.update(etc_files.podman_files())
             binds = await asyncio.to_thread(etc_files.create, self.name, files, labels[LABEL_OWNER])
-        host_config = api.create_host_config(**limits.host_config_kwargs(self.spec.limits, size, self._network_mode),
+        host_config = api.create_host_config(**limits.host_config_kwargs(self.spec.limits, size, self._network_mode,
+                                                                          self._runtime, self.gvisor),
                                              binds=binds)
         creating = asyncio.ensure_future(engine.call(
             api.create_container, self.spec.image, command=["python3", "-c", BOOTSTRAP],
@@ -429,7 +463,7 @@ class DockerSandbox(DockerFiles):
             await self.channel.close()
         if self.container_id:
             try:
-                await engine.call(engine.api().remove_container, self.container_id, force=True, v=True)
+                await engine.call(engine.remove_container, engine.api(), self.container_id)
             except Exception as e:
                 if not engine.is_not_found(e) and "already in progress" not in str(e):
                     self._closed = False  # let a later close() try again
@@ -456,8 +490,13 @@ class DockerSandbox(DockerFiles):
         state = info.get("State", {})
         if state.get("OOMKilled"):
             return "the container was killed for exceeding its memory limit, by what ran in it", True
+        code = state.get("ExitCode")
+        if not state.get("Running") and self.gvisor and code not in (0, 137, 143, None):
+            # gVisor's kernel died of what ran in it (its host tasks hit the pids limit: a fork bomb); a stop
+            # or kill from outside (the engine, a user) exits 143 or 137
+            return f"gVisor stopped: what ran in it exhausted the sandbox's limits (exit code {code})", True
         if not state.get("Running"):
-            return f"the container stopped (exit code {state.get('ExitCode')})", False
+            return f"the container stopped (exit code {code})", False
         return "the container's server stopped answering", False
 
     def _channel_alive(self) -> bool:

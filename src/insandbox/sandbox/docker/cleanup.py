@@ -45,7 +45,7 @@ def clean(everything: bool = False, dry_run: bool = False) -> list[Leftover]:
     for item in find_leftovers(everything):
         if not dry_run:
             try:
-                engine.api().remove_container(item.id, force=True, v=True)
+                engine.remove_container(engine.api(), item.id)
             except Exception as e:
                 if not engine.is_not_found(e):
                     raise

@@ -33,6 +33,9 @@ def unavailable(info: dict) -> Optional[str]:
     from . import engine
 
     if info.get("Driver") != "overlay2":
+        if engine.is_podman():  # its `overlay` has overlay2's layout, but not a stable place to mount on
+            return ("the engine is Podman, whose storage mounts its overlay folder over itself and back, which can "
+                    "hide a sandbox's own filesystem mounted inside it")
         return f"the engine's storage driver is {info.get('Driver')!r}, not overlay2"
     if not engine.docker_host().startswith("unix://"):
         return "the engine is not on this machine"

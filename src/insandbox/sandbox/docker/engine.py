@@ -11,6 +11,7 @@ import asyncio
 import functools
 import os
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Optional, TypeVar
@@ -57,6 +58,38 @@ def api():
         return _api
 
 
+_podman: dict[str, str] = {}  # docker host -> Podman's API version ("": the engine is not Podman)
+_podman_host: dict[str, dict] = {}  # docker host -> what Podman says of its host (libpod's info)
+
+
+def podman_version() -> str:
+    """Podman's version when the engine is Podman (`podman system service`) speaking Docker's API, else
+    "". Same calls, a few differences: its storage driver is called `overlay`, its `rm -f` races a
+    container that is stopping, it reads a running container's files inside its mount namespace."""
+    host = docker_host()
+    if host not in _podman:
+        found = [c for c in api().version().get("Components") or [] if "podman" in str(c.get("Name", "")).lower()]
+        _podman[host] = str((found[0].get("Details") or {}).get("APIVersion") or found[0].get("Version") or "4") \
+            if found else ""
+    return _podman[host]
+
+
+def is_podman() -> bool:
+    return bool(podman_version())
+
+
+def podman_host() -> dict:
+    """Podman's own account of its host (rootless or not, cgroup version and controllers), from its
+    libpod API: Docker's /info, as Podman answers it, claims every limit is supported."""
+    host = docker_host()
+    if host not in _podman_host:
+        client = api()
+        resp = client.get(f"{client.base_url}/v{podman_version()}/libpod/info")
+        resp.raise_for_status()
+        _podman_host[host] = resp.json().get("host") or {}
+    return _podman_host[host]
+
+
 def _executor() -> ThreadPoolExecutor:
     global _pool
     with _lock:
@@ -75,6 +108,22 @@ async def call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         if is_unreachable(e):
             raise SandboxError(f"the Docker engine at {docker_host()} stopped answering: {e}") from e
         raise
+
+
+def remove_container(api, container: str) -> None:
+    """`rm -f` a container (its anonymous volumes too). Podman 4 refuses it while the container is
+    stopping by itself ("could not be stopped ... container state improper"), which is what every
+    sandbox does when its channel closes: once it has stopped, the second try goes through."""
+    import docker.errors
+
+    for attempt in range(20):
+        try:
+            api.remove_container(container, force=True, v=True)
+            return
+        except docker.errors.APIError as e:
+            if attempt == 19 or "state improper" not in str(e.explanation or e):
+                raise
+            time.sleep(0.05)
 
 
 def is_unreachable(exc: BaseException) -> bool:

@@ -122,6 +122,7 @@ def debootstrap_base(progress: Progress, mirror: str) -> None:
 def _context(ca_files: Iterable[Path]) -> Path:
     ctx = Path(tempfile.mkdtemp(prefix="insandbox-build-"))
     shutil.copy(DOCKERFILE, ctx / "Dockerfile")
+    shutil.copy(DOCKERFILE.parent / "statx_compat.c", ctx / "statx_compat.c")
     (ctx / "ca").mkdir()
     for ca in ca_files:
         shutil.copy(ca, ctx / "ca" / (ca.stem + ".crt"))

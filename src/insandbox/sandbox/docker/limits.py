@@ -41,10 +41,10 @@ def disk_mode(api) -> tuple[Optional[str], str]:
     host = engine.docker_host()
     with _lock:
         if host not in _mode:
-            info = api.info()
+            info = api.info()  # Podman calls its overlay driver `overlay`: size= works there too, on XFS
             driver = _driver[host] = info.get("Driver", "")
             backing = dict(tuple(x) for x in info.get("DriverStatus") or () if len(x) == 2).get("Backing Filesystem")
-            if driver in ("btrfs", "zfs", "devicemapper") or (driver == "overlay2" and backing == "xfs"):
+            if driver in ("btrfs", "zfs", "devicemapper") or (driver in ("overlay2", "overlay") and backing == "xfs"):
                 _mode[host] = (ENGINE, "")
             else:
                 why = disk.unavailable(info)
@@ -86,12 +86,43 @@ def is_quota_refusal(explanation: str) -> bool:
     return "storage-opt" in text or "storage opt" in text or "quota" in text and "not" in text
 
 
-def host_config_kwargs(limits: SandboxLimits, size: Optional[str], network_mode: str) -> dict:
+def unenforceable(limits: SandboxLimits) -> str:
+    """Why this engine would start sandboxes without the memory, CPU or process limits asked for, which
+    it does silently ("" when it sets them): rootless Podman without those cgroup controllers delegated
+    to its user (cgroup v1 delegates none)."""
+    known = {"memory": ("memory", "memory", "--memory none"), "cpu": ("cpus", "CPU", "--cpus 0"),
+             "pids": ("pids", "process", "--pids-limit 0")}  # controller: (field, what, how to turn it off)
+    asked = {c: known[c] for c in known if getattr(limits, known[c][0])}
+    if not asked or not engine.is_podman():
+        return ""
+    host = engine.podman_host()
+    if not (host.get("security") or {}).get("rootless"):
+        return ""
+    v2 = host.get("cgroupVersion") == "v2"
+    missing = [c for c in asked if not v2 or c not in (host.get("cgroupControllers") or ())]
+    if not missing:
+        return ""
+    where = "on cgroup v1" if not v2 else f"without the {', '.join(missing)} cgroup controller(s) delegated"
+    return (f"the engine at {engine.docker_host()} is rootless Podman {where}: it would start sandboxes without "
+            f"their {'/'.join(asked[c][1] for c in missing)} limits. Use rootful Podman (or cgroup v2 with the "
+            f"controllers delegated), or run without them ({' '.join(asked[c][2] for c in missing)})")
+
+
+# Under gVisor the engine's pids cgroup counts gVisor's own host tasks, not the sandbox's processes: with
+# Debian's runsc (ptrace platform) each process inside costs about 8-10 of them, and reaching the limit
+# kills the whole sandbox (measured: --pids-limit 1024 held 100 `sleep`s and died at 150; 12,288 held 1,000).
+# So the host's limit is scaled, and --pids-limit N lets about N processes run inside.
+GVISOR_HOST_TASKS_PER_PROCESS = 12
+
+
+def host_config_kwargs(limits: SandboxLimits, size: Optional[str], network_mode: str,
+                       runtime: Optional[str] = None, gvisor: bool = False) -> dict:
     """Keyword arguments of the Docker SDK's create_host_config for these limits (network_mode:
     limits.network as the backend resolved it, e.g. the registries proxy's network)."""
+    pids = limits.pids * GVISOR_HOST_TASKS_PER_PROCESS if limits.pids and gvisor else limits.pids
     kwargs = dict(
         mem_limit=limits.memory_bytes, memswap_limit=limits.memory_bytes,  # same value: no swap on top
-        nano_cpus=int(limits.cpus * 1e9) if limits.cpus else None, pids_limit=limits.pids,
+        nano_cpus=int(limits.cpus * 1e9) if limits.cpus else None, pids_limit=pids,
         network_mode=network_mode, init=False,
         cap_drop=["ALL"], cap_add=sorted({*KEPT_CAPABILITIES, *(c.upper() for c in limits.cap_add)}),
         security_opt=[NO_NEW_PRIVILEGES],
@@ -103,6 +134,6 @@ def host_config_kwargs(limits: SandboxLimits, size: Optional[str], network_mode:
         log_config={"Type": "none", "Config": {}})
     if size:
         kwargs["storage_opt"] = {"size": size}
-    if limits.runtime:
-        kwargs["runtime"] = limits.runtime
+    if runtime or limits.runtime:  # the engine's name for it (runtimes.resolve), else as given
+        kwargs["runtime"] = runtime or limits.runtime
     return kwargs

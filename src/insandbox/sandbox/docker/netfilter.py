@@ -19,10 +19,12 @@ cannot change them.
 from __future__ import annotations
 
 import ipaddress
+import os
 import shutil
 import subprocess
 from dataclasses import dataclass
 from typing import Optional
+from urllib.parse import urlparse
 
 from ..base import SandboxError
 
@@ -122,14 +124,30 @@ def _table(rules: list[str]) -> str:
 
 def why_unavailable() -> Optional[str]:
     """Why this process cannot set a sandbox's rules (None: it can)."""
-    import os
-
-    if os.geteuid() != 0:
-        return "setting a sandbox's network rules needs root on the engine's host"
+    if os.geteuid() != 0 and not _own_rootless_podman():
+        return "setting a sandbox's network rules needs root on the engine's host (or rootless Podman of this user)"
     for tool in ("nsenter", "iptables-restore", "ip6tables-restore"):
-        if shutil.which(tool) is None:
+        if _which(tool) is None:
             return f"{tool} is not installed"
     return None
+
+
+def _which(tool: str) -> Optional[str]:
+    return shutil.which(tool) or shutil.which(tool, path="/usr/sbin:/sbin")  # not on a user's PATH
+
+
+def _own_rootless_podman() -> bool:
+    """The engine is rootless Podman run by this user: its containers' network namespaces belong to a
+    user namespace this user owns, where it may set their rules (the sandboxes, without CAP_NET_ADMIN,
+    still may not)."""
+    from . import engine
+
+    try:
+        path = urlparse(engine.docker_host()).path
+        return (os.stat(path).st_uid == os.getuid() and engine.is_podman()
+                and bool((engine.podman_host().get("security") or {}).get("rootless")))
+    except Exception:
+        return False
 
 
 def apply(p: Placement, rules: tuple[str, str]) -> None:
@@ -138,9 +156,11 @@ def apply(p: Placement, rules: tuple[str, str]) -> None:
     why = why_unavailable()
     if why:
         raise SandboxError(f"cannot keep the sandbox apart from the others: {why}")
+    # not root: rootless Podman's, entered through its user namespace, where this user holds the rights
+    namespaces = [f"--user=/proc/{p.pid}/ns/user"] if os.geteuid() != 0 else []
     for tool, text in (("iptables-restore", rules[0]), ("ip6tables-restore", rules[1])):
-        res = subprocess.run(["nsenter", f"--net=/proc/{p.pid}/ns/net", "--", tool], input=text.encode(),
-                             capture_output=True, timeout=30)
+        res = subprocess.run([_which("nsenter"), *namespaces, f"--net=/proc/{p.pid}/ns/net", "--", _which(tool)],
+                             input=text.encode(), capture_output=True, timeout=30)
         if res.returncode != 0:
             err = res.stderr.decode(errors="replace").strip().splitlines()
             raise SandboxError(f"cannot keep the sandbox apart from the others: {tool} failed in its network "

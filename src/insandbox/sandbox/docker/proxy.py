@@ -332,13 +332,12 @@ def _ensure(key: str, conf: str, allow: str, allowed: tuple[str, ...], on_status
         info = _inspect(api, name)
         if info is None:
             raise SandboxError(f"the registries proxy {name} vanished while it was being made")
-    nets = {n.get("NetworkID") for n in (info["NetworkSettings"].get("Networks") or {}).values()}
     for net in (egress, internal):
-        if net["Id"] not in nets:  # a network was made again (clean, or another host): join it
+        if _endpoint(info, net) is None:  # a network was made again (clean, or another host): join it
             api.connect_container_to_network(info["Id"], net["Id"], aliases=[name])
             info = _inspect(api, name) or info
-    _wait_ready(api, name, info, egress["Id"])
-    address = _address_of(info, internal["Id"])
+    _wait_ready(api, name, info, egress)
+    address = _address_of(info, internal)
     if not address:
         raise SandboxError(f"the registries proxy {name} has no address on {INTERNAL_NETWORK}")
     return Proxy(name=name, network_id=internal["Id"], allowed=allowed, address=address)
@@ -391,10 +390,10 @@ def _network(api, name: str, internal: bool) -> dict:
     return found
 
 
-def _wait_ready(api, name: str, info: dict, egress_id: str) -> None:
+def _wait_ready(api, name: str, info: dict, egress: dict) -> None:
     """Until tinyproxy accepts connections (from this host, at its address on the egress network)."""
     deadline = time.monotonic() + READY_TIMEOUT_S
-    address = _address_of(info, egress_id)
+    address = _address_of(info, egress)
     while True:
         if address:
             with contextlib.suppress(OSError), socket.create_connection((address, PORT), timeout=1.0):
@@ -405,12 +404,17 @@ def _wait_ready(api, name: str, info: dict, egress_id: str) -> None:
                                f"{READY_TIMEOUT_S:.0f} s; its last words:\n{logs}")
         time.sleep(0.05)
         if not address:
-            address = _address_of(_inspect(api, name) or info, egress_id)
+            address = _address_of(_inspect(api, name) or info, egress)
 
 
-def _address_of(info: dict, network_id: str) -> Optional[str]:
-    return next((n.get("IPAddress") for n in (info["NetworkSettings"].get("Networks") or {}).values()
-                 if n.get("NetworkID") == network_id and n.get("IPAddress")), None)
+def _endpoint(info: dict, net: dict) -> Optional[dict]:
+    """The container's endpoint on this network (Docker names it by id in NetworkID, Podman by name)."""
+    return next((n for n in (info["NetworkSettings"].get("Networks") or {}).values()
+                 if n.get("NetworkID") in (net["Id"], net.get("Name"))), None)
+
+
+def _address_of(info: dict, net: dict) -> Optional[str]:
+    return (_endpoint(info, net) or {}).get("IPAddress") or None
 
 
 # ---------------------------------------------------------------------- clean

@@ -201,6 +201,7 @@ class Restorer:
     known: dict[str, tuple[int, int]] = field(default_factory=dict)  # rel -> (inode, ctime_ns) in upper
     baseline: dict[str, os.stat_result] = field(default_factory=dict)  # the engine's own folders in upper
     baseline_extras: dict[str, Extras] = field(default_factory=dict)  # theirs, and "" for the root folder
+    baseline_links: dict[str, str] = field(default_factory=dict)  # the engine's own symbolic links: their targets
     root_stat: Optional[os.stat_result] = None  # "/" itself, as at start
     stats: RestoreStats = field(default_factory=RestoreStats)
 
@@ -216,6 +217,8 @@ class Restorer:
                 self.baseline[rel] = st
                 if not stat.S_ISDIR(st.st_mode):
                     self.known[rel] = (st.st_ino, st.st_ctime_ns)
+                    if stat.S_ISLNK(st.st_mode):
+                        self.baseline_links[rel] = os.readlink(path)
                 else:
                     self.baseline_extras[rel] = extras_of(str(self.merged / rel))
         # "/" itself: its mode, owner (the server has set its mode by now) and extras
@@ -228,6 +231,7 @@ class Restorer:
         root = os.open(self.merged, DIR_FLAGS)
         try:
             self._walk("", root)
+            self._engine_files_back(root)
             if self.root_stat is not None:
                 self._fix_dir(root, self.root_stat, self.baseline_extras.get(""))
         finally:
@@ -254,6 +258,13 @@ class Restorer:
             if is_whiteout(ust):  # deleted by the sample
                 if image is not None:
                     self._copy(image, ist, sub, mfd, name)
+                continue
+            if image is None and base is not None:  # the engine's own file, not the image's (Podman: /etc/mtab)
+                if self.known.get(sub) != (ust.st_ino, ust.st_ctime_ns):
+                    self._remove(mfd, name)
+                    self._engine_file(sub, mfd, name)
+                else:  # untouched; removing a mount point's file here would unmount it inside
+                    self.stats.kept += 1
                 continue
             if image is None:  # created by the sample
                 self._remove(mfd, name)
@@ -282,6 +293,36 @@ class Restorer:
             self._fix_dir(cfd, meta, extras)
         finally:
             os.close(cfd)
+
+    def _engine_files_back(self, root: int) -> None:
+        """The engine's own files (not the image's) that the sample deleted: back as at start."""
+        for rel, st in self.baseline.items():
+            if stat.S_ISDIR(st.st_mode) or _lstat(self.upper / rel) is not None or self.view.entry(rel) is not None:
+                continue
+            fd, parts = root, rel.split("/")
+            try:
+                for part in parts[:-1]:
+                    nfd = os.open(part, DIR_FLAGS, dir_fd=fd)
+                    if fd != root:
+                        os.close(fd)
+                    fd = nfd
+                self._engine_file(rel, fd, parts[-1])
+            finally:
+                if fd != root:
+                    os.close(fd)
+
+    def _engine_file(self, rel: str, dfd: int, name: str) -> None:
+        """Make the engine's own file `rel` again as `name` in dfd: a symbolic link can be; anything else
+        the sample changed cannot, and the container is not reused."""
+        st, target = self.baseline[rel], self.baseline_links.get(rel)
+        if target is None:
+            raise RestoreError(errno.ENOTSUP, f"/{rel}, a file of the engine's own, was changed")
+        os.symlink(target, name, dir_fd=dfd)
+        os.chown(name, st.st_uid, st.st_gid, dir_fd=dfd, follow_symlinks=False)
+        os.utime(name, ns=(st.st_atime_ns, st.st_mtime_ns), dir_fd=dfd, follow_symlinks=False)
+        ust = os.lstat(self.upper / rel)
+        self.known[rel] = (ust.st_ino, ust.st_ctime_ns)
+        self.stats.restored += 1
 
     # ---------------------------------------------------------------- operations (all relative to a folder fd)
     def _remove(self, dfd: int, name: str) -> None:

@@ -1,0 +1,261 @@
+"""The Sandbox protocol on real bwrap sandboxes (started by this process, no Docker engine): the
+persistent shell, timeouts, files byte-exact both ways (through the server and from the host side),
+copy-in and copy-back (links not followed, FIFOs skipped, a busy or dead server), and what the
+backend declares it cannot do, refused in one line or done another way."""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import time
+
+import pytest
+
+from insandbox.sandbox import CopyLimits, SandboxError, SandboxLimits, SandboxSpec, SetupError, backend_class
+from insandbox.sandbox.bwrap import LIVE, BwrapSandbox
+from insandbox.sandbox.pool import SandboxPool
+from tests.helpers import cli
+from tests.sandbox.test_docker import COUNT_SLEEPS, FIDELITY_CASES
+
+
+def test_what_the_backend_declares():
+    caps = backend_class("bwrap").capabilities
+    assert (caps.recycle, caps.snapshot, caps.disk_limit, caps.named_networks) == (False, False, False, False)
+    assert caps.network_modes == ("none", "bridge", "host")
+
+
+def test_shell_state_timeouts_and_the_server_survive(bwrap_factory, run_async):
+    async def body():
+        sb = await bwrap_factory()
+        assert sb.info()["server_info"]["pid"] == 1  # the server is the sandbox's init
+        await sb.run("cd /tmp && export FOO=bar && greet() { echo hello $1; }")
+        r = await sb.run("pwd; echo $FOO; greet you; id -u")
+        assert r.output.splitlines() == ["/tmp", "bar", "hello you", "0"] and r.cwd == "/tmp"
+        r = await sb.run("echo out; echo err >&2; cat; exit_with() { return $1; }; exit_with 7")
+        assert r.exit_code == 7 and "out" in r.output and "err" in r.output
+        await sb.run("sleep 300 &")  # an earlier background job survives the timeout below
+        r = await sb.run("(sleep 1000 & setsid sleep 1000 & wait); echo never", timeout=1.5)
+        assert r.timed_out and "never" not in r.output
+        assert "sleeps=1" in (await sb.run(COUNT_SLEEPS)).output
+        r = await sb.run("kill -9 1; kill -TERM 1; pkill -9 -f python3; echo tried")
+        assert "tried" in r.output and (await sb.run("echo alive")).output == "alive\n"
+        r = await sb.run("exit 3")
+        assert r.exit_code == 3 and r.shell_exited and (await sb.run("echo $FOO $PWD")).output == "bar /tmp\n"
+        await sb.close()
+        await sb.close()  # twice is fine
+        assert sb.folder is not None and not sb.folder.path.exists() and sb.name not in LIVE
+    run_async(body())
+
+
+@pytest.mark.parametrize("fast_max", [1 << 20, 0], ids=["server-for-small-files", "host-side-only"])
+def test_files_are_byte_exact(bwrap_factory, run_async, fast_max):
+    """Small files through the sandbox's server, big ones (and all, with 0) on the host side through its root."""
+    async def body():
+        sb = await bwrap_factory(fast_file_max_bytes=fast_max)
+        for name, data in FIDELITY_CASES.items():
+            await sb.write_file(f"/testbed/fid/{name}", data)
+        sums = (await sb.run("cd /testbed/fid && sha256sum *")).output
+        for name, data in FIDELITY_CASES.items():
+            assert f"{hashlib.sha256(data).hexdigest()}  {name}" in sums, name
+            assert await sb.read_file(f"/testbed/fid/{name}") == data, name
+        # symlinks are followed inside the sandbox, never out of it
+        await sb.run("ln -s /etc/hostname /testbed/link && ln -s ../../../../../etc/hostname /testbed/up && "
+                     "mkfifo /testbed/fifo")
+        assert await sb.read_file("/testbed/link") == b"sandbox\n" == await sb.read_file("/testbed/up")
+        with pytest.raises(Exception, match="FIFO"):
+            await sb.read_file("/testbed/fifo")
+        await sb.close()
+    run_async(body())
+
+
+def test_copy_in_and_back_links_not_followed_fifos_skipped(bwrap_factory, run_async, tmp_path):
+    src = tmp_path / "in"
+    (src / "sub").mkdir(parents=True)
+    (src / "a.txt").write_bytes(b"A\r\n")
+    (src / "sub" / "b.bin").write_bytes(bytes(range(256)) * 8192)  # 2 MiB: past the server's size
+
+    async def body():
+        sb = await bwrap_factory()
+        await sb.copy_in(src, "/testbed/input")
+        await sb.copy_in_files({"docs/one.txt": b"one\n"}, "/testbed/documents")
+        r = await sb.run("cd /testbed && find input documents -type f | sort && cat -A input/a.txt && "
+                         "sha256sum input/sub/b.bin")
+        assert "documents/docs/one.txt\ninput/a.txt\ninput/sub/b.bin\nA^M$" in r.output
+        assert hashlib.sha256((src / "sub" / "b.bin").read_bytes()).hexdigest() in r.output
+        r = await sb.run("cd /testbed/output && mkdir -p x/y && printf deep > x/y/z.txt && printf top > top.txt && "
+                         "head -c 3000000 /dev/urandom > big.bin && ln big.bin twin.bin && ln -s /etc/passwd link && "
+                         "ln -s / root-link && mkfifo pipe && sha256sum big.bin")
+        want = r.output.split()[0]
+        copied = await sb.copy_out("/testbed/output", tmp_path / "out")
+        assert sorted(copied.files) == ["big.bin", "top.txt", "twin.bin", "x/y/z.txt"]
+        assert hashlib.sha256((tmp_path / "out/twin.bin").read_bytes()).hexdigest() == want
+        why = {s.path: s.reason for s in copied.skipped}
+        assert set(why) == {"link", "root-link", "pipe"} and "FIFO" in why["pipe"]
+        assert "symbolic link to '/etc/passwd'" in why["link"]
+        assert not os.path.lexists(tmp_path / "out/link") and not os.path.lexists(tmp_path / "out/pipe")
+        few = await sb.copy_out("/testbed/output", tmp_path / "few", CopyLimits(max_file_bytes=10))
+        assert sorted(few.files) == ["top.txt", "x/y/z.txt"] and "per-file limit" in dict(
+            (s.path, s.reason) for s in few.skipped)["big.bin"]
+        await sb.close()
+    run_async(body())
+
+
+def test_files_come_back_while_a_command_runs_and_after_the_server_died(bwrap_factory, run_async, tmp_path):
+    """A caller that gave up on a long command still reads the answer and copies the outputs at once
+    (on the host side: the server is busy), and so does one whose sandbox's server is gone."""
+    async def body():
+        sb = await bwrap_factory()
+        await sb.write_file("/testbed/answer.txt", b"42\n")
+        await sb.run("mkdir -p /testbed/output && echo r > /testbed/output/r.txt && mkfifo /testbed/output/p && "
+                     "ln -s /etc/shadow /testbed/output/s")
+        task = asyncio.ensure_future(sb.run("sleep 60", timeout=120))
+        await asyncio.sleep(0.3)
+        task.cancel()
+        t0 = time.monotonic()
+        assert await sb.read_file("/testbed/answer.txt") == b"42\n"
+        busy = await sb.copy_out("/testbed/output", tmp_path / "busy")
+        assert time.monotonic() - t0 < 5 and busy.files == ["r.txt"]
+        assert {s.path for s in busy.skipped} == {"p", "s"}
+        await sb.channel.close()  # as if the server had died: stdin closed, it ends the sandbox
+        await asyncio.wait_for(sb.proc.wait(), 10)
+        assert not sb.alive
+        dead = await sb.copy_out("/testbed/output", tmp_path / "dead")
+        assert dead.files == ["r.txt"] and (tmp_path / "dead/r.txt").read_text() == "r\n"
+        assert await sb.read_file("/testbed/answer.txt") == b"42\n"
+        with pytest.raises(SandboxError):
+            await sb.run("echo hi")
+        await sb.close()
+    run_async(body())
+
+
+def test_a_whole_task_runs_without_docker(no_engine, scripted, run_async, tmp_path):
+    from insandbox import arun
+
+    srv = scripted({"turns": [
+        {"tool": "execute_bash", "args": {"command": "echo 42 > answer.txt && mkdir -p output && "
+                                                    "echo made > output/report.txt && ln -s /etc/passwd output/l && "
+                                                    "cat answer.txt"}},
+        {"tool": "str_replace_editor", "args": {"command": "create", "path": "/testbed/output/notes.md",
+                                                 "file_text": "# notes\n\ttabbed\r\n"}},
+        {"tool": "submit"}]})
+    result = run_async(arun("What is 6 x 7?", model="scripted", base_url=srv.url, output_dir=tmp_path / "run",
+                            backend="bwrap", network="none", max_steps=5))
+    t = result.trajectory
+    assert t.exit_reason == "submitted" and result.answer == "42\n", (t.exit_reason, t.exit_detail)
+    assert sorted(result.files) == ["notes.md", "report.txt"]
+    assert (tmp_path / "run/files/notes.md").read_bytes() == b"# notes\n\ttabbed\r\n"
+    assert t.sandbox["backend"] == "bwrap" and t.sandbox["server_info"]["pid"] == 1
+    assert not LIVE
+
+
+def test_the_command_line_takes_backend_bwrap(no_engine, scripted, tmp_path):
+    """`insandbox run --backend bwrap` with no engine reachable: the run folder records the backend."""
+    srv = scripted({"turns": [{"tool": "execute_bash", "args": {"command": "echo 7 > /testbed/answer.txt"}},
+                              {"tool": "submit"}]})
+    r = cli("run", "7?", "--backend", "bwrap", "--network", "none", "--model", "m", "--base-url", srv.url,
+            "--output-dir", str(tmp_path / "run"), "--max-steps", "3", "-q")
+    assert r.returncode == 0, r.stderr
+    traj = json.loads((tmp_path / "run/trajectory.json").read_text())
+    assert traj["exit_reason"] == "submitted" and traj["sandbox"]["backend"] == "bwrap"
+    assert (tmp_path / "run/answer.txt").read_text() == "7\n"
+    # no engine here: a replay in a Docker sandbox would fail
+    r = cli("replay", str(tmp_path / "run"), "--backend", "bwrap", "--network", "none", "-q")
+    assert r.returncode == 0 and "2 identical, 0 differ" in r.stdout, (r.stdout, r.stderr)
+    r = cli("run", "7?", "--backend", "nope", "--model", "m", "--base-url", srv.url, "-q")
+    assert r.returncode != 0 and r.stderr.strip().splitlines() == [
+        "insandbox: unknown sandbox backend 'nope'; known: docker, bwrap"]
+
+
+def test_what_it_cannot_do_is_refused_in_one_line_or_done_another_way(no_engine, run_async):
+    from insandbox.agent.env import EnvConfig, SandboxEnv, Task
+
+    async def body():
+        for net, words in (("registries", "cannot --network registries"), ("my-net", "cannot --network my-net")):
+            spec = SandboxSpec(limits=SandboxLimits(network=net))
+            with pytest.raises(SetupError, match=words) as e:
+                await BwrapSandbox.prepare(spec)
+            assert "\n" not in str(e.value)
+            with pytest.raises(SetupError, match=words):
+                await BwrapSandbox(spec).start()
+        with pytest.raises(SetupError, match="no OCI runtimes"):
+            await BwrapSandbox.prepare(SandboxSpec(limits=SandboxLimits(network="none", runtime="runsc")))
+        env = SandboxEnv(EnvConfig(backend="bwrap", limits=SandboxLimits(network="none")))
+        await env.reset(Task(prompt="x"))
+        try:
+            with pytest.raises(SetupError, match="^the bwrap backend cannot snapshot a sandbox"):
+                await env.fork(2)
+        finally:
+            await env.close()
+        async with SandboxPool(SandboxSpec(limits=SandboxLimits(network="none")), backend="bwrap", size=1) as pool:
+            first = await pool.acquire()
+            pool.release(first)
+            await asyncio.sleep(0)
+            second = await pool.acquire()
+            pool.release(second)
+        return first, second, pool.stats
+
+    first, second, stats = run_async(body())
+    assert second is not first and stats.recycled == 0 and stats.started >= 2  # no recycling: fresh ones
+    assert stats.removed == stats.started and not LIVE
+
+
+def test_prepare_warns_once_that_the_disk_is_not_capped_in_all(no_engine, run_async):
+    from insandbox.sandbox.bwrap import backend
+
+    said = []
+    backend._WARNED.discard("disk")
+    run_async(BwrapSandbox.prepare(SandboxSpec(limits=SandboxLimits(network="none")), said.append))
+    run_async(BwrapSandbox.prepare(SandboxSpec(limits=SandboxLimits(network="none")), said.append))
+    warnings = [s for s in said if s.startswith("warning: sandboxes get no disk limit")]
+    assert len(warnings) == 1 and "each file is capped at 10g" in warnings[0]
+
+
+def test_rl_rollouts_run_in_bwrap_sandboxes_from_a_pool(no_engine, run_async):
+    """RL's rollouts take their sandboxes from the caller's pool: a bwrap pool gives them fresh sandboxes."""
+    from insandbox.models.local_server import default_gguf
+    from insandbox.rl.rewards import RewardResult
+    from insandbox.rl.rollout import RolloutConfig, Rollouts, check_record
+    from insandbox.rl.rollout.backends import load_gguf_tokenizer
+    from insandbox.rl.rollout.backends.scripted import ScriptedGenerator
+
+    async def exact(row, outcome, config):
+        ok = float((outcome.answer or "").strip() == row["ground_truth"])
+        return RewardResult(value=ok, correct=ok, detail={})
+
+    def call(name: str, **args) -> str:
+        import json
+        return f'<tool_call>\n{json.dumps({"name": name, "arguments": args})}\n</tool_call>'
+
+    r = Rollouts(load_gguf_tokenizer(default_gguf()), RolloutConfig(network="none", max_turns=4), reward_fn=exact)
+    row = {"id": "t", "problem_statement": "A or B?", "ground_truth": "B", "input_files": {"doc.txt": "B.\n"}}
+    gen = ScriptedGenerator(r.chat, [{"turns": [call("execute_bash", command="cat /testbed/documents/doc.txt | "
+                                                                             "tr -d . > /testbed/answer.txt"),
+                                                call("submit")]}])
+
+    async def body():
+        async with SandboxPool(r.env_template.sandbox_spec(), backend="bwrap", size=3) as pool:
+            r.pool = pool
+            records = await r.run_groups([row], gen, n=3, concurrency=3)
+        return records, pool.stats
+
+    records, stats = run_async(body())
+    assert [x.reward for x in records] == [1.0, 1.0, 1.0], [x.error for x in records]
+    assert all(check_record(x, r.chat) == [] for x in records)
+    assert all(x.trajectory["sandbox"]["backend"] == "bwrap" for x in records)
+    assert stats.recycled == 0 and not LIVE
+
+
+def test_clean_all_stops_a_live_sandbox_and_removes_its_folder(bwrap_factory, run_async):
+    async def body():
+        sb = await bwrap_factory()
+        mine = {x.id: x for x in BwrapSandbox.clean(everything=True, dry_run=True)}
+        assert mine[sb.name].status == "running" and mine[sb.name].run_id == "test" and sb.folder.path.exists()
+        assert sb.name not in {x.id for x in BwrapSandbox.clean()}  # its owner (this process) is alive
+        assert sb.name in {x.id for x in BwrapSandbox.clean(everything=True)}
+        await asyncio.wait_for(sb.proc.wait(), 10)
+        assert not sb.folder.path.exists()
+        with pytest.raises(SandboxError):
+            await sb.run("echo hi")
+        await sb.close()
+    run_async(body())
