@@ -28,3 +28,21 @@ def test_data_loading(tmp_path):
     with pytest.raises(DataError, match="--data"):
         load_rows(None, "daixuancheng/no-such-dataset-offline", "math")
 
+
+
+def test_data_can_be_a_saved_datasets_folder(tmp_path):
+    from insandbox.bench.runner import BenchConfig
+    from tests.released import released_rows, save_dataset, save_dataset_dict
+
+    one = save_dataset(tmp_path / "one")
+    rows = load_rows(one, None, None)
+    assert [r.id for r in rows] == ["ip-0", "ip-1", "ip-2"]
+    assert rows[0].input_files == {"documents/story.txt": "The owl sat still.", "documents/other.txt": "Rain."}
+    both = save_dataset_dict(tmp_path / "both", {"train": released_rows(), "test": released_rows()[2:]})
+    assert [r.id for r in load_rows(str(both), None, None)] == ["ip-2"]  # the task's split, test
+    assert [r.id for r in load_rows(f"{both}:train", None, None, limit=1)] == ["ip-0"]
+    only = save_dataset_dict(tmp_path / "only")
+    assert len(load_rows(str(only), None, None)) == 3  # no test split: the only one
+    with pytest.raises(DataError, match=r"no split 'dev' \(it has train, test\)"):
+        load_rows(f"{both}:dev", None, None)
+    assert BenchConfig(task="math", data=one).data == str(one)

@@ -1,20 +1,22 @@
-"""Benchmark rows: from the Hugging Face hub (through `datasets`) or a local JSON/JSONL file.
+"""Benchmark rows: the task's hub dataset (through `datasets`), or what `--data` names: a local
+JSON/JSONL/parquet file, a folder saved with `save_to_disk`, or another hub dataset
+(`hf:NAME[:CONFIG[:SPLIT]]`); see core/data_source.py. Without a split, `--data` takes the task's
+split (`test` for the built-in tasks) where the data has it, else the only split there is.
 
 Rows follow the reference implementation's schema: `id`, `problem_statement`,
-`ground_truth`, optional `input_files` ({filename: text}, or that dict serialised as a
-string), `domain`, `qa_type`; other fields are kept.
+`ground_truth`, optional `input_files` ({filename: text}, that dict serialised as a string, or
+a list of {path, content}), `domain`, `qa_type`; other fields are kept.
 """
 from __future__ import annotations
 
-import ast
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Union
 
+from ..core.data_source import DataError, input_files_dict, load_records, read_file
 
-class DataError(ValueError):
-    """The data could not be loaded; the message says why and what to do."""
+__all__ = ["DataError", "Row", "load_hub", "load_local", "load_rows", "parse_input_files", "to_row"]
 
 
 @dataclass
@@ -29,21 +31,8 @@ class Row:
 
 
 def parse_input_files(value: Any, row_id: str = "") -> dict[str, str]:
-    """{filename: text} from a dict, a JSON string, or a Python-literal string."""
-    if value in (None, "", {}):
-        return {}
-    if isinstance(value, dict):
-        return {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in value.items()}
-    if isinstance(value, str):
-        for parse in (json.loads, ast.literal_eval):
-            try:
-                parsed = parse(value)
-            except (ValueError, SyntaxError, MemoryError):
-                continue
-            if isinstance(parsed, dict):
-                return parse_input_files(parsed, row_id)
-        raise DataError(f"row {row_id}: input_files is neither a dict nor a serialised dict")
-    raise DataError(f"row {row_id}: input_files must be a dict of filename -> text, got {type(value).__name__}")
+    """{filename: text} from a dict, a JSON or Python-literal string of one, or a list of {path, content}."""
+    return input_files_dict(value, row_id)
 
 
 def to_row(raw: dict, index: int) -> Row:
@@ -62,47 +51,17 @@ def to_row(raw: dict, index: int) -> Row:
 
 
 def load_local(path: Union[str, Path]) -> list[dict]:
-    p = Path(path)
-    if not p.is_file():
-        raise DataError(f"data file not found: {p}")
-    text = p.read_text(encoding="utf-8")
-    if not text.lstrip().startswith("[") and (p.suffix == ".jsonl" or "\n{" in text.strip()):
-        rows = []
-        for n, line in enumerate(text.split("\n"), 1):  # not splitlines(): U+2028 may sit inside a string
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except ValueError as e:
-                    raise DataError(f"{p}:{n}: not JSON ({e})") from None
-        return rows
-    try:
-        data = json.loads(text)
-    except ValueError as e:
-        raise DataError(f"{p}: not JSON or JSONL ({e})") from None
-    if isinstance(data, dict):
-        data = data.get("data") or data.get("rows") or data.get("test") or []
-    if not isinstance(data, list):
-        raise DataError(f"{p}: expected a list of rows")
-    return data
+    return read_file(Path(path))
 
 
 def load_hub(dataset: str, config: Optional[str], split: str) -> list[dict]:
-    try:
-        import datasets
-    except ImportError:
-        raise DataError("loading from the hub needs `datasets`: pip install 'insandbox[bench]'") from None
-    try:
-        ds = datasets.load_dataset(dataset, config, split=split)
-    except Exception as e:
-        raise DataError(f"cannot load {dataset} ({config}, {split}) from the Hugging Face hub: "
-                        f"{str(e).splitlines()[0][:300]}. Offline? Pass a local file with --data PATH") from None
-    return [dict(r) for r in ds]
+    return load_records(f"hf:{dataset}:{config or ''}:{split}", command="bench")
 
 
 def load_rows(data: Optional[Union[str, Path]], dataset: Optional[str], config: Optional[str], split: str = "test",
               ids: Optional[list[str]] = None, limit: Optional[int] = None) -> list[Row]:
     if data:
-        raw = load_local(data)
+        raw = load_records(str(data), prefer=(split, "test"), command="bench")
     elif dataset:
         raw = load_hub(dataset, config, split)
     else:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Optional, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..config import ConfigError, RunConfig, restored
 from ..core.extras import require
@@ -56,7 +56,7 @@ class BenchConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     task: str  # a built-in task name or a task YAML path
-    data: Optional[Path] = None  # local JSON/JSONL rows instead of the task's hub dataset
+    data: Optional[str] = None  # --data: rows instead of the task's own (core/data_source.py: file, folder, hf:...)
     mode: Literal["sandbox", "llm", "both"] = "sandbox"
     repeats: Optional[int] = Field(default=None, ge=1)  # default: the task's
     limit: Optional[int] = Field(default=None, ge=1)
@@ -76,6 +76,11 @@ class BenchConfig(BaseModel):
     judge_api_key: Optional[str] = Field(default=None, repr=False)
     judge_prompt: Optional[Path] = None
     run: RunConfig = Field(default_factory=RunConfig)  # model, sandbox and loop settings of every sample
+
+    @field_validator("data", mode="before")
+    @classmethod
+    def _data_text(cls, value: Any) -> Any:
+        return str(value) if isinstance(value, Path) else value
 
     def public(self) -> dict:
         data = self.model_dump(mode="json", exclude={"judge_api_key", "run"})

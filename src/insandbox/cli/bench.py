@@ -14,7 +14,10 @@ from .options import RUN, run_settings, shared_options
 def bench(
     task: Annotated[Optional[str], typer.Argument(help="A built-in task (math, physics, chem, biomed, long_context, "
                                                        "instruct_follow) or a task YAML file.")] = None,
-    data: Annotated[Optional[Path], typer.Option(help="Local JSON/JSONL rows instead of the hub dataset.")] = None,
+    data: Annotated[Optional[str], typer.Option(help="Rows instead of the task's hub dataset: a JSON/JSONL/parquet "
+                                                     "file, a save_to_disk folder (FOLDER[:SPLIT]) or "
+                                                     "hf:NAME[:CONFIG[:SPLIT]] (default split: test, else the "
+                                                     "only one).")] = None,
     mode: Annotated[str, typer.Option(help="sandbox, llm or both (both runs the same items in both "
                                            "modes).")] = "sandbox",
     repeats: Annotated[Optional[int], typer.Option(help="Samples per item and mode (default: the task's).")] = None,

@@ -36,8 +36,9 @@ def build_data(
     sources: Annotated[list[Path], typer.Option(
         "--sources", metavar="DIR", show_default=False,
         help="Source folders, one per source (qed, wikitablequestions, fairytaleqa, mctest, race, logiqa, aqua, "
-             "tweeteval), in any order; the paths that follow it count too, so a shell glob works (plain files among "
-             "them are skipped).")],
+             "tweeteval), in any order, or a folder that holds them (each subfolder a source is found; the others "
+             "are skipped); the paths that follow it count too, so a shell glob works (plain files among them are "
+             "skipped).")],
     out: Annotated[Path, typer.Option(
         metavar="DIR", show_default=False,
         help="Output folder: tasks.jsonl, dataset/ (datasets save_to_disk) and manifest.json.")],
@@ -70,7 +71,7 @@ def build_data(
     from ..rl.data.build import build
     from ..rl.data.output import HELDOUT, OUTPUTS, existing_outputs, write
     from ..rl.data.settings import Settings
-    from ..rl.data.sources import SourceError
+    from ..rl.data.sources import SourceError, source_folders
     from .common import fail
 
     started = time.monotonic()
@@ -84,6 +85,7 @@ def build_data(
         fail(str(e))
     if not folders:
         fail("--sources: no source folders given")
+    folders, skipped_folders = source_folders(folders)
     if out.exists() and not out.is_dir():
         fail(f"--out {out} is a file, not a folder")
     there = existing_outputs(out) if out.is_dir() else []
@@ -93,6 +95,8 @@ def build_data(
         fail("writing the dataset needs `datasets`: pip install 'insandbox[rl]'", 1)
     for f in skipped_files:
         typer.echo(f"insandbox: skipping {f}: not a folder", err=True)
+    for f in skipped_folders:
+        typer.echo(f"insandbox: skipping {f}: not a known source", err=True)
 
     try:
         result = build(folders, settings)

@@ -20,7 +20,9 @@ from ..core import defaults
 
 
 def rollout(
-    data: Annotated[Path, typer.Option(help="Task rows (JSONL, as written by `insandbox rl build-data`).")],
+    data: Annotated[str, typer.Option(help="Task rows: a JSONL (as `insandbox rl build-data` writes it), a "
+                                           "save_to_disk folder (FOLDER[:SPLIT]) or hf:NAME[:CONFIG[:SPLIT]] "
+                                           "(default split: train).")],
     out: Annotated[Path, typer.Option(help="Output folder (rollouts.jsonl, summary.json).")],
     n: Annotated[int, typer.Option(help="Rollouts per task (a GRPO group).")] = 1,
     concurrency: Annotated[int, typer.Option(help="Rollouts in flight at once, each in its own sandbox.")] = 8,
@@ -45,19 +47,16 @@ def rollout(
                                                              "ADDRESS (the policy stays on this machine).")] = None,
 ) -> None:
     """Run token-level rollouts of task rows in sandboxes and write one record per rollout."""
+    from ..core.data_source import DataError
     from ..rl.rewards import RewardConfig
     from ..rl.rollout.runner import RolloutConfig
+    from ..rl.schema import read_task_rows
     from .common import fail, run_until_done
 
-    if not data.is_file():
-        fail(f"--data {data}: no such file")
     try:
-        rows = [json.loads(line) for line in data.read_text(encoding="utf-8").splitlines() if line.strip()]
-    except ValueError as e:
-        fail(f"--data {data}: not JSONL ({e})")
-    rows = rows[:limit] if limit else rows
-    if not rows:
-        fail(f"--data {data}: no rows")
+        rows = read_task_rows(data, limit, command="rl rollout")
+    except DataError as e:
+        fail(f"--data {e}")
     try:
         config = RolloutConfig(max_turns=max_turns, max_response_tokens=max_response_tokens,
                                max_tokens_per_turn=max_tokens_per_turn, temperature=temperature, top_p=top_p,

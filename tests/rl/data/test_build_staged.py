@@ -51,3 +51,13 @@ def test_staged_builds_are_deterministic_for_a_seed(tmp_path):
     first = jsonl("11", "a")
     assert jsonl("11", "b") == first
     assert jsonl("12", "c") != first
+
+
+def test_the_staged_folder_itself_as_sources(tmp_path):
+    out = tmp_path / "tasks"
+    r = cli("rl", "build-data", "--sources", str(shared_data() / "rl_sources"), "--out", str(out), "--limit", "5",
+            "--examples", "0")
+    assert r.returncode == 0, r.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert list(manifest["counts"]["by_source"]) == SOURCES
+    assert manifest["inputs"] == [str(Path(f).resolve()) for f in _folders()]

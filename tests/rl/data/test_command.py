@@ -68,3 +68,34 @@ def test_other_bad_arguments_exit_2(tmp_path):
     assert "two source folders are qed" in _one_line_error(cli("rl", "build-data", "--sources", good, second,
                                                                "--out", out))
     assert not (tmp_path / "out").exists()
+
+
+def test_sources_may_be_the_folder_that_holds_them(tmp_path):
+    root = tmp_path / "rl_sources"
+    folders = tiny.all_sources(root)
+    (root / "SOURCES.md").write_text("where each source came from")
+    (root / "notes").mkdir()
+    (root / "notes" / "todo.txt").write_text("not a source")
+    one_by_one, together = tmp_path / "one-by-one", tmp_path / "together"
+    r = cli("rl", "build-data", "--sources", *map(str, folders), "--out", str(one_by_one), "--limit", "3")
+    assert r.returncode == 0, r.stderr
+    r = cli("rl", "build-data", "--sources", str(root), "--out", str(together), "--limit", "3")
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.strip() == f"insandbox: skipping {root / 'notes'}: not a known source"
+    assert (together / "tasks.jsonl").read_bytes() == (one_by_one / "tasks.jsonl").read_bytes()
+    manifest = json.loads((together / "manifest.json").read_text())
+    assert sorted(manifest["counts"]["by_source"]) == sorted(tiny.ALL)
+    assert manifest["inputs"] == json.loads((one_by_one / "manifest.json").read_text())["inputs"]
+
+
+def test_a_folder_holding_no_source_is_still_a_one_line_error(tmp_path):
+    root = tmp_path / "empty-sources"
+    (root / "notes").mkdir(parents=True)
+    line = _one_line_error(cli("rl", "build-data", "--sources", str(root), "--out", str(tmp_path / "out")))
+    assert f"source folder {root} is not laid out like any known source" in line
+    both = tmp_path / "both"
+    tiny.qed(both)
+    tiny.qed(tmp_path / "again")
+    line = _one_line_error(cli("rl", "build-data", "--sources", str(both), str(tmp_path / "again" / "qed"),
+                               "--out", str(tmp_path / "out")))
+    assert "two source folders are qed" in line

@@ -33,7 +33,7 @@ def test_train_checks_its_inputs_before_loading_anything(tmp_path):
     rows = tmp_path / "rows.jsonl"
     rows.write_text('{"id": "a", "problem_statement": "q", "ground_truth": "B", "qa_type": "yes-no"}\n')
     one_line_error(cli("rl", "train", "--preset", "smoke", "--out", str(out), "--data", str(rows)),
-                   "line 1: not a task row")
+                   "row 1 (id 'a'): not a task row (qa_type")
     rows.write_text('{"id": "a", "problem_statement": "q", "ground_truth": "B"}\n' * 2)
     one_line_error(cli("rl", "train", "--preset", "smoke", "--out", str(out), "--data", str(rows)),
                    "task id 'a' appears twice")

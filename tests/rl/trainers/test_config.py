@@ -20,7 +20,7 @@ def test_presets_ship_and_validate():
         assert config.preset == name
     smoke = load_config(None, {"preset": "smoke"})
     assert smoke.model == "embedded" and smoke.is_gguf()
-    assert smoke.data == PRESETS / "smoke-tasks.jsonl" and smoke.data.is_file()
+    assert smoke.data == str(PRESETS / "smoke-tasks.jsonl") and Path(smoke.data).is_file()
     from insandbox.rl.trainers.trl_train import read_rows
 
     assert len(read_rows(smoke)) == 4  # the shipped rows are valid task rows
@@ -36,7 +36,7 @@ def test_a_file_overrides_its_preset_key_by_key_and_the_command_line_overrides_t
     assert c.grpo.learning_rate == 3e-6 and c.grpo.num_generations == 8  # the rest of grpo: from the preset
     assert c.rollout.max_turns == 5 and c.rollout.max_tokens_per_turn == 48
     assert c.reward_config().no_answer_penalty == -1.0 and c.reward_config().max_steps_penalty == -0.25
-    assert c.data == tmp_path / "rows.jsonl" and c.out == tmp_path / "run"  # relative to the file
+    assert c.data == str(tmp_path / "rows.jsonl") and c.out == tmp_path / "run"  # relative to the file
     c = load_config(config, {"out": "elsewhere", "grpo": {"max_steps": 7}}, cwd=tmp_path / "cwd")
     assert c.out == tmp_path / "cwd" / "elsewhere" and c.grpo.max_steps == 7 and c.grpo.learning_rate == 3e-6
 

@@ -22,7 +22,7 @@ from .examples import pick_examples
 from .items import Item, ReadOptions, Skips
 from .prompt import ground_truth, letters, problem_statement
 from .settings import Settings
-from .sources import Reader, SourceError, recognise
+from .sources import Reader, SourceError, recognise, source_folders
 from .tasks import Task, make_tasks, seeded
 
 
@@ -47,10 +47,11 @@ class Build:
 
 
 def resolve_sources(folders: list[Path]) -> list[tuple[Reader, Path]]:
-    """(reader, folder) per folder, in source name order; SourceError for a folder no reader
-    fits, or two folders of one source."""
+    """(reader, folder) per folder, in source name order (a folder of source folders counts as the
+    sources in it: sources.source_folders); SourceError for a folder no reader fits, or two folders
+    of one source."""
     found: dict[str, tuple[Reader, Path]] = {}
-    for folder in folders:
+    for folder in source_folders(folders)[0]:
         reader = recognise(folder)
         if reader.name in found:
             raise SourceError(f"two source folders are {reader.name}: {found[reader.name][1]} and {folder}")

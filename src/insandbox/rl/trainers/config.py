@@ -21,6 +21,7 @@ from typing import Any, Literal, Optional
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from ...core.data_source import HUB_PREFIX
 from ..rewards import RewardConfig
 from ..rollout.runner import RolloutConfig
 
@@ -87,13 +88,18 @@ class TrainConfig(BaseModel):
 
     preset: Optional[str] = None
     model: str = EMBEDDED
-    data: Optional[Path] = None
+    data: Optional[str] = None  # task rows: a file, a save_to_disk folder[:SPLIT] or hf:NAME[:CONFIG[:SPLIT]]
     out: Optional[Path] = None
     limit: Optional[int] = Field(default=None, ge=1)  # only the first N task rows
     concurrency: int = Field(default=8, ge=1)  # sandboxes in flight during a rollout batch
     grpo: GRPOSettings = Field(default_factory=GRPOSettings)
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     reward: _StrictReward = Field(default_factory=_StrictReward)
+
+    @field_validator("data", mode="before")
+    @classmethod
+    def _data_text(cls, value: Any) -> Any:
+        return str(value) if isinstance(value, Path) else value
 
     @field_validator("reward", mode="before")
     @classmethod
@@ -156,7 +162,7 @@ def _resolve_paths(layer: dict, base: Path) -> dict:
         except ValueError as e:
             raise ConfigError(str(e)) from None
     for key in ("data", "out"):
-        if isinstance(layer.get(key), str):
+        if isinstance(layer.get(key), str) and not (key == "data" and layer[key].startswith(HUB_PREFIX)):
             layer[key] = str(base / Path(layer[key]).expanduser())
     model = layer.get("model")
     if isinstance(model, str) and model != EMBEDDED:

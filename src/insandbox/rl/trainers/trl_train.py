@@ -26,7 +26,7 @@ from typing import Any, Optional
 import yaml
 
 from ..rollout.runner import RewardFn, Rollouts
-from ..schema import TaskRow
+from ..schema import read_task_rows
 from .config import ConfigError, TrainConfig
 
 
@@ -41,32 +41,17 @@ class TrainResult:
 
 
 def read_rows(config: TrainConfig) -> list[dict]:
-    """The task rows (validated, ids unique), the first `limit` of them."""
-    from pydantic import ValidationError
+    """The task rows (validated, ids unique), the first `limit` of them: from a file, a save_to_disk
+    folder or a hub dataset (rl/schema.py: read_task_rows)."""
+    from ...core.data_source import DataError
 
     if config.data is None:
-        raise ConfigError("no task rows: pass --data ROWS.jsonl (from `insandbox rl build-data`) or set data: in "
-                          "the config")
-    if not config.data.is_file():
-        raise ConfigError(f"data {config.data}: no such file")
-    rows, seen = [], set()
-    for n, line in enumerate(config.data.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = TaskRow(**json.loads(line)).as_record()
-        except (ValueError, TypeError) as e:
-            detail = e.errors()[0]["msg"] if isinstance(e, ValidationError) else str(e)
-            raise ConfigError(f"data {config.data} line {n}: not a task row ({detail})") from None
-        if row["id"] in seen:
-            raise ConfigError(f"data {config.data} line {n}: task id {row['id']!r} appears twice")
-        seen.add(row["id"])
-        rows.append(row)
-        if config.limit and len(rows) >= config.limit:
-            break
-    if not rows:
-        raise ConfigError(f"data {config.data}: no task rows")
-    return rows
+        raise ConfigError("no task rows: pass --data ROWS (a JSONL from `insandbox rl build-data`, a save_to_disk "
+                          "folder, or hf:NAME[:CONFIG[:SPLIT]]) or set data: in the config")
+    try:
+        return read_task_rows(config.data, config.limit, command="rl train")
+    except DataError as e:
+        raise ConfigError(f"data {e}") from None
 
 
 def fit_prompts(rows: list[dict], rollouts: Rollouts, max_prompt_tokens: Optional[int]) -> list[dict]:

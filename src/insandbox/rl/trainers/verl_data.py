@@ -1,4 +1,5 @@
-"""Task rows (the JSONL of `insandbox rl build-data`) as verl's dataset: one parquet row per task.
+"""Task rows (the JSONL of `insandbox rl build-data`, a save_to_disk folder, or a hub dataset such as
+hf:daixuancheng/llm-in-sandbox-rl:instruct_pretrain:train) as verl's dataset: one parquet row per task.
 
     python -m insandbox.rl.trainers.verl_data --data tasks/tasks.jsonl --out data/verl --val-size 64 \\
         --tokenizer Qwen/Qwen3-4B-Instruct-2507 --max-prompt-length 8192       # train.parquet, val.parquet
@@ -28,7 +29,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from ..schema import TaskRow
+from ..schema import TaskRow, read_task_rows
 
 AGENT_NAME = "insandbox"  # the name InSandboxAgentLoop is registered under
 TASK_COLUMN = "insandbox_task"  # the task row as JSON
@@ -74,7 +75,9 @@ def write_parquet(rows: list[dict[str, Any]], path: Path) -> None:
 
 
 def verl_data(
-    data: Annotated[Path, typer.Option(help="Task rows (JSONL: the tasks.jsonl of `insandbox rl build-data`).")],
+    data: Annotated[str, typer.Option(help="Task rows: a JSONL (the tasks.jsonl of `insandbox rl build-data`), a "
+                                           "save_to_disk folder (FOLDER[:SPLIT]) or hf:NAME[:CONFIG[:SPLIT]] "
+                                           "(default split: train).")],
     out: Annotated[Path, typer.Option(help="Output folder: train.parquet (and val.parquet with --val-size).")],
     val_size: Annotated[int, typer.Option(help="Tasks held out for validation (a seeded sample).")] = 0,
     seed: Annotated[int, typer.Option(help="Seed of the validation sample.")] = 0,
@@ -88,8 +91,13 @@ def verl_data(
     """Convert task rows to verl's parquet (agent_name "insandbox")."""
     if max_prompt_length is not None and tokenizer is None:
         raise typer.BadParameter("--max-prompt-length needs --tokenizer")
-    rows = [json.loads(line) for line in data.read_text(encoding="utf-8").splitlines() if line.strip()]
-    rows = rows[:limit] if limit else rows
+    from ...core.data_source import DataError
+
+    try:
+        rows = read_task_rows(data, limit, command="rl verl-data")
+    except DataError as e:  # one line, as the other commands say it
+        typer.echo(f"insandbox: --data {e}", err=True)
+        raise typer.Exit(2) from None
     if val_size < 0 or val_size >= len(rows):
         raise typer.BadParameter(f"--val-size {val_size}: must leave training rows of the {len(rows)}")
     held = set(random.Random(seed).sample(range(len(rows)), val_size))

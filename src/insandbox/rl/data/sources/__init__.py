@@ -1,4 +1,5 @@
-"""One reader per source format; `recognise` says which one a folder is laid out for."""
+"""One reader per source format; `recognise` says which one a folder is laid out for, and
+`source_folders` finds the sources inside a folder that holds several (as ../shared/data/rl_sources does)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,7 +11,7 @@ READERS: tuple[Reader, ...] = tuple(m.READER for m in (
     qed, wikitablequestions, fairytaleqa, mctest, race, logiqa, aqua, tweeteval))
 BY_NAME = {r.name: r for r in READERS}
 
-__all__ = ["READERS", "BY_NAME", "Reader", "SourceError", "recognise"]
+__all__ = ["READERS", "BY_NAME", "Reader", "SourceError", "recognise", "source_folders"]
 
 
 def recognise(folder: Path) -> Reader:
@@ -30,3 +31,33 @@ def recognise(folder: Path) -> Reader:
         raise SourceError(f"source folder {folder} fits several sources ({', '.join(r.name for r in fits)}); "
                           "pass each source's own folder")
     return fits[0]
+
+
+def _fits(folder: Path) -> bool:
+    try:
+        return any(r.recognise(folder) for r in READERS)
+    except OSError:
+        return True  # recognise() says what is wrong with it
+
+
+def source_folders(paths: list[Path]) -> tuple[list[Path], list[Path]]:
+    """(source folders, subfolders skipped). A path that a reader recognises stays as it is; a folder no
+    reader recognises but some of whose subfolders one does stands for those subfolders (one level down,
+    in name order), and its other subfolders are skipped. Anything else stays, for `recognise` to name."""
+    found: list[Path] = []
+    skipped: list[Path] = []
+    for path in paths:
+        if not path.is_dir() or _fits(path):
+            found.append(path)
+            continue
+        try:
+            subfolders = sorted(p for p in path.iterdir() if p.is_dir() and not p.name.startswith((".", "_")))
+        except OSError:
+            subfolders = []
+        sources = [p for p in subfolders if _fits(p)]
+        if not sources:
+            found.append(path)
+            continue
+        found += sources
+        skipped += [p for p in subfolders if p not in sources]
+    return found, skipped
