@@ -248,3 +248,14 @@ def test_the_training_page_in_chromium_charts_and_a_rollout_link(root, page):
         assert page.errors == []
     finally:
         served.stop()
+
+
+def test_a_finished_trainings_event_stream_ends_at_once(root, tmp_path):
+    folder = shutil.copytree(root / "train" / "smoke", tmp_path / "t")
+    (folder / "summary.json").write_text(json.dumps({"steps": 3, "rollouts": 12, "phases": {"total_s": 99.0}}))
+    client = TestClient(make_app(tmp_path), base_url="http://127.0.0.1")
+    tid = folder_id("t")
+    with client.stream("GET", f"/train/{tid}/events") as answer:
+        assert "event: end" in "".join(answer.iter_text())
+    page = client.get(f"/train/{tid}").text
+    assert "data-live" not in page and "total_s" in page and "unfinished" not in page
