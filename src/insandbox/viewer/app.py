@@ -20,6 +20,7 @@ from .files import Listings, NotInside, language_of, shown, url_path, url_query
 from .guard import Guard
 from .index import Index
 from .routes import routes
+from .training import RolloutFiles
 from .trajectories import TrajectoryCache, UnreadableTrajectory
 
 HERE = Path(__file__).parent
@@ -32,10 +33,11 @@ class Viewer:
         self.index = Index(root)
         self.trajectories = TrajectoryCache()
         self.listings = Listings()
+        self.rollouts = RolloutFiles()
         self.templates = Environment(loader=FileSystemLoader(HERE / "templates"),
                                      autoescape=select_autoescape(["html"]), trim_blocks=True, lstrip_blocks=True)
         self.templates.filters.update(num=_num, secs=_secs, usd=_usd, score=_score, mode=_mode, when=_when,
-                                      size=human_size, shown=shown, url_path=url_path, url_query=url_query)
+                                      size=human_size, shown=shown, fig=_fig, url_path=url_path, url_query=url_query)
         self.templates.globals.update(lang_of=language_of)
 
 
@@ -61,6 +63,11 @@ def _usd(c) -> str:
 
 def _score(s) -> str:
     return "" if s is None else f"{s:g}"
+
+
+def _fig(v) -> str:
+    """A training figure: a number to 4 significant digits, '–' for a gap."""
+    return "–" if v is None or isinstance(v, bool) or not isinstance(v, (int, float)) else f"{v:.4g}"
 
 
 def _mode(m) -> str:

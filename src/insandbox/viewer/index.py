@@ -1,9 +1,10 @@
 """Finding the runs and benchmarks under the viewer's root folder, cheaply enough to do on every request.
 
 A run is a folder holding trajectory.json; a benchmark is a folder holding bench.json or results.jsonl,
-whose samples are the run folders under its samples/. The walk keeps each folder's listing until the
-folder's mtime changes, skips what cannot hold runs (a run's files/ and inputs/, a benchmark's
-report/, hidden folders), and is done at most once a second however many requests ask. A run's
+whose samples are the run folders under its samples/; a training is a folder `insandbox rl train` wrote
+(training.is_training), whose subfolders (checkpoints, rollouts) are not walked. The walk keeps each
+folder's listing until the folder's mtime changes, skips what cannot hold runs (a run's files/ and inputs/,
+a benchmark's report/, hidden folders), and is done at most once a second however many requests ask. A run's
 summary is read once per change of its trajectory.json; a benchmark sample that has its record in
 results.jsonl takes everything from that record and its trajectory is not opened at all.
 """
@@ -20,6 +21,19 @@ from typing import Optional
 
 from ..runs import layout
 from ..runs.layout import BENCH, RESULTS, SUMMARY, TRAJECTORY
+from .training import (
+    CONFIG,
+    METRICS,
+    ROLLOUTS,
+    TrainEntry,
+    describe,
+    is_training,
+    read_metrics,
+    read_summary_json,
+    read_yaml_config,
+    stamp_of,
+)
+from .training import SUMMARY as TRAIN_SUMMARY
 from .trajectories import read_summary
 
 SKIP_IN_RUN = {layout.FILES, layout.INPUTS}
@@ -132,11 +146,14 @@ class Index:
         self._results: dict[str, _Results] = {}
         self._models: dict[str, Optional[str]] = {}  # benchmark folder -> the model its first sample names
         self._parsed: dict[str, tuple[tuple, Optional[dict]]] = {}  # bench.json/summary.json -> (stamp, value)
+        self._trainings: dict[str, tuple[tuple, TrainEntry]] = {}  # training folder -> (its files' stamps, entry)
         self._scanned_at = 0.0
         self.runs: list[RunEntry] = []
         self.benches: list[BenchEntry] = []
         self.by_rid: dict[str, RunEntry] = {}
         self.by_bid: dict[str, BenchEntry] = {}
+        self.trainings: list[TrainEntry] = []
+        self.by_tid: dict[str, TrainEntry] = {}
         self.version = 0  # goes up whenever what the index holds changed
         self._signature: Optional[int] = None
 
@@ -160,7 +177,8 @@ class Index:
         self._dirs[d] = (st.st_mtime_ns, subdirs, names)
         return subdirs, names
 
-    def _walk(self, d: str, depth: int, found_runs: list[str], found_benches: list[str], in_bench: bool) -> None:
+    def _walk(self, d: str, depth: int, found_runs: list[str], found_benches: list[str], in_bench: bool,
+              found_trainings: Optional[list[str]] = None) -> None:
         try:
             subdirs, names = self._listing(d)
         except OSError:
@@ -170,6 +188,9 @@ class Index:
             found_runs.append(d)
         if is_bench:
             found_benches.append(d)
+        if not is_run and not is_bench and found_trainings is not None and is_training(names, subdirs):
+            found_trainings.append(d)
+            return
         if depth >= MAX_DEPTH:
             return
         for s in subdirs:
@@ -177,7 +198,8 @@ class Index:
                 continue
             if is_bench and s != layout.SAMPLES:
                 continue
-            self._walk(os.path.join(d, s), depth + 1, found_runs, found_benches, in_bench or is_bench)
+            self._walk(os.path.join(d, s), depth + 1, found_runs, found_benches, in_bench or is_bench,
+                       found_trainings)
 
     def _rel(self, d: str) -> str:
         rel = os.path.relpath(d, self.root)
@@ -189,8 +211,8 @@ class Index:
             now = time.time()
             if not force and now - self._scanned_at < self.min_interval_s:
                 return self
-            run_dirs, bench_dirs = [], []
-            self._walk(str(self.root), 0, run_dirs, bench_dirs, False)
+            run_dirs, bench_dirs, train_dirs = [], [], []
+            self._walk(str(self.root), 0, run_dirs, bench_dirs, False, train_dirs)
             benches = [self._bench(d, now) for d in bench_dirs]
             bench_of = {str(b.path): b for b in benches}
             runs = []
@@ -204,13 +226,34 @@ class Index:
             self.runs, self.benches = runs, benches
             self.by_rid = {r.rid: r for r in runs}
             self.by_bid = {b.bid: b for b in benches}
+            self.trainings = [self._training(d, now) for d in train_dirs]
+            for gone in set(self._trainings) - set(train_dirs):
+                del self._trainings[gone]
+            self.by_tid = {t.tid: t for t in self.trainings}
             signature = hash((tuple((r.rid, r.exit_reason, r.steps, r.live, r.score) for r in runs),
-                              tuple((b.bid, len(b.records), b.live) for b in benches)))
+                              tuple((b.bid, len(b.records), b.live) for b in benches),
+                              tuple((t.tid, t.steps, t.finished, t.live) for t in self.trainings)))
             if signature != self._signature:
                 self._signature = signature
                 self.version += 1
             self._scanned_at = time.time()
             return self
+
+    # ------------------------------------------------------------------ trainings
+    def _training(self, d: str, now: float) -> TrainEntry:
+        """The training in folder d: its files read again only when one of them changed."""
+        stamps = tuple(stamp_of(Path(d), name) for name in (METRICS, CONFIG, TRAIN_SUMMARY))
+        hit = self._trainings.get(d)
+        if hit is not None and hit[0] == stamps:
+            entry = hit[1]
+        else:
+            rel = self._rel(d)
+            entry = describe(TrainEntry(tid=folder_id(rel), path=Path(d), rel=rel), read_yaml_config(Path(d)),
+                             read_metrics(Path(d)), read_summary_json(Path(d)) is not None)
+            self._trainings[d] = (stamps, entry)
+        latest = max((_mtime(Path(d) / n) or 0.0 for n in (METRICS, ROLLOUTS)), default=0.0)
+        entry.live = not entry.finished and now - latest < STALE_S
+        return entry
 
     # ------------------------------------------------------------------ benchmarks
     def _bench(self, d: str, now: float) -> BenchEntry:

@@ -22,11 +22,12 @@ from starlette.routing import Route
 from ..bench import degraded
 from ..bench.stats import accuracy
 from . import files as F
+from . import training as T
 from .guard import RAW_CSP
 from .index import BenchEntry, RunEntry
 from .live import stream
 from .midi import MidiError, read_notes
-from .trajectories import tool_arguments
+from .trajectories import tool_arguments, trajectory_of
 
 STEPS_PAGE = 50
 ROWS_PAGE = 100
@@ -153,8 +154,11 @@ def select_runs(runs: list[RunEntry], params: dict[str, str]) -> list[RunEntry]:
 def runs_list(request: Request) -> Response:
     v = _viewer(request)
     index = v.index.scan()
-    if len(index.runs) == 1 and not index.benches and not request.query_params:
-        return RedirectResponse(f"/r/{index.runs[0].rid}", status_code=303)  # the folder is one run
+    if not request.query_params and len(index.runs) + len(index.benches) + len(index.trainings) == 1:
+        if index.runs:  # the folder is one run
+            return RedirectResponse(f"/r/{index.runs[0].rid}", status_code=303)
+        if index.trainings:  # the folder is one training
+            return RedirectResponse(f"/train/{index.trainings[0].tid}", status_code=303)
     params = {k: request.query_params.get(k, "") for k in FILTERS}
     page = _int(request.query_params.get("page"))
     chosen = select_runs(index.runs, params)
@@ -175,7 +179,7 @@ def runs_list(request: Request) -> Response:
         "exit": sorted({str(r.exit_reason or "none") for r in index.runs}),
         "model": sorted({str(r.model or "none") for r in index.runs}),
     }
-    return _page(request, "runs.html", benches=index.benches, choices=choices, **context)
+    return _page(request, "runs.html", benches=index.benches, trainings=index.trainings, choices=choices, **context)
 
 
 def benches_table(request: Request) -> Response:
@@ -226,11 +230,14 @@ def _head_context(request: Request, entry: RunEntry) -> dict:
 
 def _run_context(request: Request, entry: RunEntry) -> dict:
     context = _head_context(request, entry)
-    traj = context["traj"]
+    return dict(context, **_traj_context(context["traj"]), has_files=(entry.path / "files").is_dir(),
+                answer_file=(entry.path / "answer.txt").is_file())
+
+
+def _traj_context(traj) -> dict:
     system, user = prompt_messages(traj)
-    return dict(context, system=system, user=user, steps=step_views(traj, 0, STEPS_PAGE),
-                next_start=min(STEPS_PAGE, len(traj.steps)), steps_page=STEPS_PAGE,
-                has_files=(entry.path / "files").is_dir(), answer_file=(entry.path / "answer.txt").is_file())
+    return dict(system=system, user=user, steps=step_views(traj, 0, STEPS_PAGE),
+                next_start=min(STEPS_PAGE, len(traj.steps)), steps_page=STEPS_PAGE)
 
 
 def run_page(request: Request) -> Response:
@@ -448,6 +455,90 @@ def bench_events(request: Request) -> Response:
     return stream(request, probe)
 
 
+# ---------------------------------------------------------------------- trainings
+def _training(request: Request) -> T.TrainEntry:
+    return _lookup(request, "by_tid", "tid", "training")
+
+
+def train_page(request: Request) -> Response:
+    """A training's charts per step and its steps, each linking to the rollouts it kept."""
+    t = _training(request)
+    metrics = T.read_metrics(t.path)
+    files = T.step_files(t.path)
+    s = T.series(metrics.rows)
+    charts = T.charts(s, lambda step: f"/train/{t.tid}/step/{step}" if step in files else None)
+    by_step = {int(r["step"]): r for r in metrics.rows}
+    rows = []
+    for step in sorted(set(by_step) | set(files)):
+        row = by_step.get(step) or {}
+        exits = row.get("exit_reasons")
+        rows.append({"step": step, "row": row, "rollouts": step in files,
+                     "exits": sorted(exits.items(), key=lambda kv: str(kv[0])) if isinstance(exits, dict) else [],
+                     **{k: T.number(row.get(k)) for k in ("reward_mean", "reward_std", "loss", "rollouts",
+                                                           "rollouts_per_min")}})
+    return _page(request, "training.html", training=t, charts=charts, metrics=metrics, steps=rows,
+                 config=T.read_yaml_config(t.path), summary=T.read_summary_json(t.path))
+
+
+def _step_files(request: Request, t: T.TrainEntry) -> list[str]:
+    names = T.step_files(t.path).get(request.path_params["step"])
+    if not names:
+        raise HTTPException(404, "no rollouts of this step in the training's folder")
+    return names
+
+
+def train_step(request: Request) -> Response:
+    """The rollouts a step kept, each linking to its trajectory."""
+    t = _training(request)
+    step = request.path_params["step"]
+    files = _step_files(request, t)
+    kept = _viewer(request).rollouts.step(t.path, files)
+    return _page(request, "training_step.html", training=t, step=step, kept=kept, files=files)
+
+
+def _rollout(request: Request) -> tuple[T.TrainEntry, int, int, RunEntry, Any]:
+    """The rollout a URL names (its place in the step) as a run entry and its trajectory."""
+    t = _training(request)
+    step, k = request.path_params["step"], request.path_params["k"]
+    fields, data = _viewer(request).rollouts.trajectory(t.path, _step_files(request, t), k)
+    if fields is None:
+        raise HTTPException(404, "no such rollout in this step")
+    traj = trajectory_of(data, f"{t.rel}: step {step}, rollout {k}")
+    reward = T.number(fields.get("reward"))
+    entry = RunEntry(rid=f"t{t.tid}-{step}-{k}", path=t.path, rel=f"{t.rel} · step {step} · rollout {k}",
+                     task=f"step {step}", item=str(fields.get("id") or k), mode=traj.mode, score=reward,
+                     exit_reason=traj.exit_reason, model=traj.config.get("model"), steps=traj.totals.steps,
+                     tokens=traj.totals.total_tokens, wall_s=traj.totals.wall_time_s)
+    return t, step, k, entry, traj
+
+
+def rollout_page(request: Request) -> Response:
+    """A rollout's trajectory in the run view."""
+    t, step, k, entry, traj = _rollout(request)
+    return _page(request, "run.html", entry=entry, traj=traj, bench=None, training=t, step=step,
+                 steps_url=f"/train/{t.tid}/step/{step}/{k}/steps", has_files=False, answer_file=False,
+                 **_traj_context(traj))
+
+
+def rollout_steps(request: Request) -> Response:
+    t, step, k, entry, traj = _rollout(request)
+    start = _int(request.query_params.get("start"))
+    count = min(_int(request.query_params.get("n"), STEPS_PAGE, low=1), 500)
+    steps = step_views(traj, start, count)
+    return _page(request, "_steps.html", entry=entry, traj=traj, steps=steps, next_start=start + len(steps),
+                 steps_page=count, steps_url=f"/train/{t.tid}/step/{step}/{k}/steps")
+
+
+def train_events(request: Request) -> Response:
+    t = _training(request)
+
+    def probe():
+        stamps = [T.stamp_of(t.path, T.METRICS), T.stamp_of(t.path, T.ROLLOUTS)]
+        return tuple(stamps), T.stamp_of(t.path, T.SUMMARY) is not None
+
+    return stream(request, probe)
+
+
 def list_events(request: Request) -> Response:
     index = _viewer(request).index
     return stream(request, lambda: (index.scan().version, False))
@@ -467,4 +558,7 @@ def routes() -> list[Route]:
         Route("/b/{bid}", bench_page), Route("/b/{bid}/summary", bench_summary), Route("/b/{bid}/items", bench_items),
         Route("/b/{bid}/compare", bench_compare), Route("/b/{bid}/report/{path:anypath}", bench_report_file),
         Route("/b/{bid}/events", bench_events),
+        Route("/train/{tid}", train_page), Route("/train/{tid}/events", train_events),
+        Route("/train/{tid}/step/{step:int}", train_step), Route("/train/{tid}/step/{step:int}/{k:int}", rollout_page),
+        Route("/train/{tid}/step/{step:int}/{k:int}/steps", rollout_steps),
     ]

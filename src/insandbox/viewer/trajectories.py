@@ -13,7 +13,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Optional
 
-from ..core.trajectory import Trajectory
+from ..core.trajectory import SCHEMA_VERSION, Trajectory
 
 WHOLE_BELOW = 256 * 1024  # smaller files are simply parsed whole
 ENDS = 256 * 1024  # bytes read from each end of a bigger one
@@ -77,6 +77,20 @@ class TrajectoryCache:
             while len(self._items) > self.size:
                 self._items.popitem(last=False)
         return traj
+
+
+def trajectory_of(data: Any, where: str) -> Trajectory:
+    """A trajectory held inside another record (a training's rollout), checked as Trajectory.loads checks a file."""
+    if not isinstance(data, dict) or not data:
+        raise UnreadableTrajectory(f"{where}: holds no trajectory")
+    version = data.get("schema_version", 0)
+    if isinstance(version, int) and version > SCHEMA_VERSION:
+        raise UnreadableTrajectory(f"{where}: schema_version {version} is newer than this insandbox "
+                                   f"({SCHEMA_VERSION}); upgrade insandbox")
+    try:
+        return Trajectory.model_validate(data)
+    except ValueError as e:
+        raise UnreadableTrajectory(f"{where}: cannot be read as a trajectory: {_first_line(e)}") from None
 
 
 def tool_arguments(raw: str) -> Any:
