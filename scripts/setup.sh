@@ -94,8 +94,12 @@ if [ ! -x .venv/bin/python ]; then
   log "creating .venv"
   python3 -m venv .venv
 fi
-# insandbox itself first (a few small dependencies), so its `image build` can start right away
-if ! .venv/bin/python -c "import insandbox.cli" >/dev/null 2>&1; then
+# insandbox itself first (a few small dependencies), so its `image build` can start right away; again
+# when pyproject.toml changed since the last install (its dependencies may have)
+stamp=.venv/.insandbox-installed
+pyhash=$(sha256sum pyproject.toml | cut -c1-16)
+if ! .venv/bin/python -c "import insandbox.cli" >/dev/null 2>&1 \
+    || [ "$(cut -d' ' -f1 "$stamp" 2>/dev/null)" != "$pyhash" ]; then
   log "installing insandbox into .venv"
   pipq install --upgrade pip
   pipq install -e .
@@ -152,8 +156,7 @@ fi
 
 # the extras; the stamp records what is installed, and a profile whose extras are all there already
 # (a `run` after a `full`) installs nothing
-stamp=.venv/.insandbox-installed
-want="$(sha256sum pyproject.toml | cut -c1-16) $(basename "${wheel:-none}")"
+want="$pyhash $(basename "${wheel:-none}")"
 installed_ok() {
   [ -f "$stamp" ] || return 1
   local have_hash have_wheel have_extras e
