@@ -10,7 +10,7 @@
 from importlib import import_module
 from typing import Any
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"  # the package version (pyproject.toml reads it from here)
 
 _EXPORTS = {
     "run": "insandbox.runs.session", "arun": "insandbox.runs.session", "RunResult": "insandbox.runs.session",
