@@ -23,6 +23,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import socket
 import statistics
 import subprocess
@@ -61,7 +62,7 @@ def model_server(turns: dict, latency: float, work: Path):
         port = s.getsockname()[1]
     proc = subprocess.Popen([sys.executable, "-m", "insandbox", "scripted-server", str(path), "--port", str(port),
                              "--latency", str(latency)], stderr=subprocess.DEVNULL)
-    srv = types.SimpleNamespace(url=f"http://127.0.0.1:{port}/v1")
+    srv = types.SimpleNamespace(url=f"http://127.0.0.1:{port}/v1", pid=proc.pid, cpu_s=None)
     try:
         for _ in range(100):
             try:
@@ -72,21 +73,28 @@ def model_server(turns: dict, latency: float, work: Path):
         yield srv
     finally:
         proc.terminate()
-        proc.wait()
+        _, status, usage = os.wait4(proc.pid, 0)  # its CPU time, for bench_cpu.py
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        srv.cpu_s = usage.ru_utime + usage.ru_stime
 
 
-async def measure(concurrency: int, n: int, latency: float, calls: int, work: Path, pool: bool = True,
-                  recycle: bool = True, backend: str = "docker", network: str = "bridge") -> dict:
+def bench_config(concurrency: int, n: int, calls: int, work: Path, url: str, pool: bool = True,
+                 recycle: bool = True, backend: str = "docker", network: str = "bridge") -> BenchConfig:
+    """`n` samples of the throughput task against the scripted model at `url`, run folder work/run-<concurrency>."""
     data = work / f"rows-{concurrency}.jsonl"
     data.write_text("".join(json.dumps({"id": f"s{i}", "problem_statement": f"Throughput probe {i}.",
                                         "ground_truth": "done"}) + "\n" for i in range(n)))
     task = work / "throughput.yaml"
     task.write_text(TASK_YAML)
+    return BenchConfig(task=str(task), data=data, concurrency=concurrency, output_dir=work / f"run-{concurrency}",
+                       pool=pool, recycle=recycle, run=RunConfig(model="scripted", base_url=url, max_steps=calls + 5,
+                                                                 backend=backend, network=network))
+
+
+async def measure(concurrency: int, n: int, latency: float, calls: int, work: Path, pool: bool = True,
+                  recycle: bool = True, backend: str = "docker", network: str = "bridge") -> dict:
     with model_server(script(calls), latency, work) as srv:
-        cfg = BenchConfig(task=str(task), data=data, concurrency=concurrency, output_dir=work / f"run-{concurrency}",
-                          pool=pool, recycle=recycle,
-                          run=RunConfig(model="scripted", base_url=srv.url, max_steps=calls + 5, backend=backend,
-                                        network=network))
+        cfg = bench_config(concurrency, n, calls, work, srv.url, pool, recycle, backend, network)
         t0 = time.time()
         result = await run_bench(cfg)
         wall = time.time() - t0

@@ -1,0 +1,266 @@
+"""CPU per tool call: where the CPU of a run, a bench or an RL rollout batch goes, by component.
+
+    .venv/bin/python benchmarks/bench_cpu.py [--what bench|run|rl] [--concurrency 32] [--samples 192]
+        [--calls 10] [--latency 1.0]
+
+A scripted model answers every call after `latency` seconds; each sample (run, rollout) makes
+`calls` tool calls: `echo`s, then writing the answer (and submitting, which bench and run count as
+a tool call too). `bench` runs the real bench runner (bench_throughput.py's task, its scripted model
+server in a process of its own, the rich progress bar drawn to /dev/null); `run` runs `samples` runs
+one after another (session.arun, as `insandbox run`); `rl` a batch of token-level rollouts
+(Rollouts.run_groups, the scripted generator in this process, SmolLM2's tokenizer).
+
+The table, in CPU seconds and in ms per tool call made:
+  insandbox   this process (every thread: the runner, the SDK, the trajectories' JSON, the progress)
+              and its children, less the model server and the sampler thread of this script
+  model       the scripted model server's process (bench and run; rl's generator is in this process)
+  containers  the sandbox containers of this process, from their cgroups (cgroup v1 cpuacct.usage or
+              v2 cpu.stat usage_usec): the in-container server, the shell, the commands; read before
+              each container is removed
+  engine      dockerd, containerd, the containerd shims (with their runc children), docker-proxy: a
+              delta over the run, sampled every 0.5 s so that shims that exit are counted up to their
+              last sample. The engine is shared: other containers on this machine count too, so the
+              idle rate measured for 3 s before the run is shown and taken off ("engine - idle").
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import resource
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from bench_throughput import bench_config, model_server, script
+
+from insandbox.sandbox.docker import backend
+
+TICK = os.sysconf("SC_CLK_TCK")
+ENGINE = ("dockerd", "containerd", "containerd-shim", "docker-proxy", "runc")  # comm: at most 15 characters
+
+
+# ------------------------------------------------------------------ the engine's processes
+def _stat(pid: str) -> tuple[str, float] | None:
+    """(comm, utime + stime + cutime + cstime in seconds) of a process, None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    comm = raw[raw.index(b"(") + 1:raw.rindex(b")")].decode(errors="replace")
+    fields = raw[raw.rindex(b")") + 2:].split()
+    return comm, sum(int(x) for x in fields[11:15]) / TICK
+
+
+class EngineWatch(threading.Thread):
+    """Samples the engine's processes every `every` seconds: CPU per pid, first and last seen."""
+
+    def __init__(self, every: float = 0.5):
+        super().__init__(daemon=True)
+        self.every, self.first, self.last = every, {}, {}
+        self.stop_ = threading.Event()
+        self.own_cpu = 0.0  # this thread's CPU, taken off this process's
+        self.started_with: set[str] = set()
+
+    def sample(self) -> None:
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            if pid not in self.last:
+                try:
+                    with open(f"/proc/{pid}/comm") as f:
+                        comm = f.read().strip()
+                except OSError:
+                    continue
+                if comm not in ENGINE:
+                    self.last[pid] = None  # not the engine's: never read again (pids are not reused in a run)
+                    continue
+            elif self.last[pid] is None:
+                continue
+            s = _stat(pid)
+            if s is None:
+                continue
+            if pid not in self.first:  # a process that started after the first sample counts from 0
+                self.first[pid] = s[1] if pid in self.started_with else 0.0
+            self.last[pid] = s[1]
+
+    def total(self) -> float:
+        return sum(v - self.first.get(p, 0.0) for p, v in self.last.items() if v is not None)
+
+    def run(self) -> None:
+        t0 = time.thread_time()
+        while not self.stop_.is_set():
+            self.sample()
+            self.own_cpu = time.thread_time() - t0
+            self.stop_.wait(self.every)
+        self.sample()
+        self.own_cpu = time.thread_time() - t0
+
+    def begin(self) -> None:
+        self.started_with = {p for p in os.listdir("/proc") if p.isdigit()}
+        self.start()
+
+    def end(self) -> float:
+        self.stop_.set()
+        self.join()
+        return self.total()
+
+
+def engine_idle_rate(seconds: float = 3.0) -> float:
+    w = EngineWatch()
+    w.begin()
+    time.sleep(seconds)
+    return w.end() / seconds
+
+
+# ------------------------------------------------------------------ the containers' cgroups
+def container_cpu(cid: str) -> float | None:
+    """CPU seconds a container has used, from its cgroup (v1 cpuacct or v2 cpu.stat)."""
+    for path, scale in ((f"/sys/fs/cgroup/cpuacct/docker/{cid}/cpuacct.usage", 1e-9),
+                        (f"/sys/fs/cgroup/cpu,cpuacct/docker/{cid}/cpuacct.usage", 1e-9)):
+        try:
+            with open(path) as f:
+                return int(f.read()) * scale
+        except OSError:
+            pass
+    for path in (f"/sys/fs/cgroup/system.slice/docker-{cid}.scope/cpu.stat", f"/sys/fs/cgroup/docker/{cid}/cpu.stat"):
+        try:
+            with open(path) as f:
+                for line in f:
+                    if line.startswith("usage_usec"):
+                        return int(line.split()[1]) * 1e-6
+        except OSError:
+            pass
+    return None
+
+
+class Containers:
+    """Reads each sandbox container's cgroup right before it is removed (DockerSandbox._remove)."""
+
+    def __init__(self):
+        self.cpu: dict[str, float] = {}
+        self._remove = backend.DockerSandbox._remove
+        watch = self
+
+        async def _remove(sandbox):
+            if sandbox.container_id:
+                used = container_cpu(sandbox.container_id)
+                if used is not None:
+                    watch.cpu[sandbox.container_id] = used
+            await watch._remove(sandbox)
+
+        backend.DockerSandbox._remove = _remove
+
+    def end(self) -> float:
+        for cid in list(backend.LIVE):  # any not removed yet
+            used = container_cpu(cid)
+            if used is not None:
+                self.cpu[cid] = used
+        backend.DockerSandbox._remove = self._remove
+        return sum(self.cpu.values())
+
+
+def own_cpu() -> tuple[float, float]:
+    s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return s.ru_utime + s.ru_stime, c.ru_utime + c.ru_stime
+
+
+# ------------------------------------------------------------------ what runs
+async def bench(a, work: Path) -> tuple[int, float | None]:
+    from rich.console import Console
+
+    from insandbox.bench.progress import RichBenchProgress
+    from insandbox.bench.runner import run_bench
+
+    with open(os.devnull, "w") as devnull, model_server(script(a.calls), a.latency, work) as srv:
+        progress = RichBenchProgress(Console(file=devnull, force_terminal=True, width=160), label="cpu")
+        try:
+            result = await run_bench(bench_config(a.concurrency, a.samples, a.calls, work, srv.url), progress)
+        finally:
+            progress.close()
+    errors = sum(1 for r in result.records if r.get("error"))
+    if errors:
+        print(f"  {errors} samples had errors")
+    return sum(r["tool_calls"] for r in result.records), srv
+
+
+async def run(a, work: Path) -> tuple[int, object]:
+    from insandbox.config import RunConfig
+    from insandbox.runs.session import arun
+
+    calls = 0
+    with model_server(script(a.calls), a.latency, work) as srv:
+        for i in range(a.samples):
+            result = await arun(f"CPU probe {i}.", RunConfig(model="scripted", base_url=srv.url,
+                                                              max_steps=a.calls + 5, output_dir=work / f"run-{i}"))
+            calls += result.trajectory.totals.tool_calls
+    return calls, srv
+
+
+async def rl(a, work: Path, tokenizer) -> tuple[int, None]:
+    from bench_rollouts import call, reward, rows
+
+    from insandbox.rl.rollout import RolloutConfig, Rollouts
+    from insandbox.rl.rollout.backends.scripted import ScriptedGenerator
+
+    r = Rollouts(tokenizer, RolloutConfig(max_turns=a.calls + 1, image=a.image), reward_fn=reward)
+    turns = [call("execute_bash", command=f"echo step {i}") for i in range(a.calls - 2)]
+    turns += [call("execute_bash", command="echo C > /testbed/answer.txt"), call("submit")]
+    gen = ScriptedGenerator(r.chat, [{"turns": turns}], latency=a.latency)
+    records = await r.run_groups(rows(a.samples), gen, n=1, concurrency=a.concurrency)
+    bad = [x.exit_reason for x in records if x.reward != 1.0]
+    if bad:
+        print(f"  {len(bad)} rollouts without the answer: {bad[:5]}")
+    return sum(x.tool_calls for x in records), None
+
+
+async def main(a) -> None:
+    from insandbox.config import RunConfig
+    from insandbox.runs.session import prepare_sandbox
+
+    await prepare_sandbox(RunConfig(image=a.image))
+    tokenizer = None
+    if a.what == "rl":
+        from insandbox.models.local_server import default_gguf
+        from insandbox.rl.rollout.backends import load_gguf_tokenizer
+
+        tokenizer = load_gguf_tokenizer(default_gguf())
+    idle = engine_idle_rate()
+    with tempfile.TemporaryDirectory(prefix="insandbox-cpu-") as tmp:
+        containers, engine = Containers(), EngineWatch()
+        engine.begin()
+        self0, children0 = own_cpu()
+        t0 = time.perf_counter()
+        if a.what == "bench":
+            calls, srv = await bench(a, Path(tmp))
+        elif a.what == "run":
+            calls, srv = await run(a, Path(tmp))
+        else:
+            calls, srv = await rl(a, Path(tmp), tokenizer)
+        wall = time.perf_counter() - t0
+        self1, children1 = own_cpu()
+        engine_s, container_s = engine.end(), containers.end()
+    model_s = srv.cpu_s if srv is not None else None
+    ours = (self1 - self0 - engine.own_cpu) + (children1 - children0 - (model_s or 0.0))
+    rows = [("insandbox", ours), ("model server", model_s), ("containers", container_s),
+            ("engine", engine_s), ("engine - idle", engine_s - idle * wall)]
+    total = ours + (model_s or 0.0) + container_s + max(0.0, engine_s - idle * wall)
+    print(f"\n{a.what}: {a.samples} samples, concurrency {a.concurrency}, {a.calls} calls each, model latency "
+          f"{a.latency:g} s; {calls} tool calls in {wall:.1f} s ({len(containers.cpu)} containers; engine idle "
+          f"{idle * 1e3:.0f} ms/s)\n")
+    print(f"{'component':<14} {'CPU s':>8} {'ms/call':>8}")
+    for name, v in rows + [("total", total)]:
+        print(f"{name:<14} {v:>8.2f} {v / calls * 1e3:>8.2f}" if v is not None else f"{name:<14} {'-':>8} {'-':>8}")
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--what", choices=("bench", "run", "rl"), default="bench")
+    ap.add_argument("--concurrency", type=int, default=32)
+    ap.add_argument("--samples", type=int, default=192)
+    ap.add_argument("--calls", type=int, default=10, help="tool calls per sample (at least 2)")
+    ap.add_argument("--latency", type=float, default=1.0, help="seconds the scripted model takes per call")
+    ap.add_argument("--image", default="insandbox:latest")
+    asyncio.run(main(ap.parse_args()))
