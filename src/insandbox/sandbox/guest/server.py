@@ -160,6 +160,19 @@ def process_table():
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
+def zombie_child():
+    """Whether a child of ours (orphans are, as PID 1) has exited and waits to be collected: a
+    look that collects nothing (WNOWAIT), so that a scan of /proc is made only when there is one."""
+    if not hasattr(os, "waitid"):  # Python 2: no way to look, scan
+        return True
+    try:
+        return os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:  # no child at all
+        return False
+    except OSError:
+        return True
+
+
 OOM_COUNTERS = ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control")
 
 
@@ -1032,7 +1045,7 @@ class Server(object):
 
     def reap(self):
         """As PID 1, collect orphans that exited; never touch our own shell."""
-        if os.getpid() != 1:
+        if os.getpid() != 1 or not zombie_child():
             return
         own = set([self.shell.proc.pid]) if self.shell else set()
         for pid, (ppid, state, _) in process_table().items():
