@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import http.client
+import json
 import math
 import random
 import re
@@ -349,14 +350,24 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 def encodable(value):
     """The conversation with every lone surrogate (valid JSON from a server, "\\ud800", but no character:
     the SDK's JSON encoder refuses it) replaced by U+FFFD; everything else as it is, the same objects
-    where nothing changed."""
+    where nothing changed. Looked for first in the conversation's JSON (C speed: the walk below costs
+    ~1 ms a call on a long conversation), walked only where one is."""
+    try:
+        if not _SURROGATE.search(json.dumps(value, ensure_ascii=False)):
+            return value
+    except (TypeError, ValueError):  # not all JSON: walk it
+        pass
+    return _encodable(value)
+
+
+def _encodable(value):
     if isinstance(value, str):
         return _SURROGATE.sub("\ufffd", value) if _SURROGATE.search(value) else value
     if isinstance(value, list):
-        out = [encodable(v) for v in value]
+        out = [_encodable(v) for v in value]
         return value if all(a is b for a, b in zip(out, value)) else out
     if isinstance(value, dict):
-        out = {k: encodable(v) for k, v in value.items()}
+        out = {k: _encodable(v) for k, v in value.items()}
         return value if all(out[k] is value[k] for k in value) else out
     return value
 
