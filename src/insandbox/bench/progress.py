@@ -17,6 +17,10 @@ from ..models.pricing import usd
 from . import degraded
 from .eta import SessionEta, format_eta
 
+# redraws of the bar a second (rich's default is 10): each one renders the whole bar, ~1 ms of CPU
+# taken from the runner's thread (the GIL); a sample's end redraws nothing by itself
+REFRESH_PER_S = 2
+
 
 class EtaColumn(ProgressColumn):
     def __init__(self, eta: SessionEta):
@@ -55,7 +59,8 @@ class RichBenchProgress:
         self.eta = SessionEta(todo=total - already_done, concurrency=concurrency)
         self.progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                                  TextColumn("{task.fields[acc]}"), TextColumn("{task.fields[tok]}"),
-                                 TimeElapsedColumn(), EtaColumn(self.eta), console=self.console, transient=False)
+                                 TimeElapsedColumn(), EtaColumn(self.eta), console=self.console, transient=False,
+                                 refresh_per_second=REFRESH_PER_S)
         self.progress.start()
         self.bar = self.progress.add_task(self.label or "bench", total=total, completed=already_done,
                                           acc="", tok="")
