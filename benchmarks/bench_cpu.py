@@ -137,12 +137,22 @@ def container_cpu(cid: str) -> float | None:
 
 
 class Containers:
-    """Reads each sandbox container's cgroup right before it is removed (DockerSandbox._remove)."""
+    """Reads each sandbox container's cgroup once it is started (DockerSandbox.start: the server is
+    up) and right before it is removed (DockerSandbox._remove)."""
 
     def __init__(self):
         self.cpu: dict[str, float] = {}
-        self._remove = backend.DockerSandbox._remove
+        self.at_start: dict[str, float] = {}
+        self._remove, self._start = backend.DockerSandbox._remove, backend.DockerSandbox.start
         watch = self
+
+        async def start(sandbox, *args, **kwargs):
+            out = await watch._start(sandbox, *args, **kwargs)
+            if sandbox.container_id:
+                used = container_cpu(sandbox.container_id)
+                if used is not None:
+                    watch.at_start[sandbox.container_id] = used
+            return out
 
         async def _remove(sandbox):
             if sandbox.container_id:
@@ -151,15 +161,19 @@ class Containers:
                     watch.cpu[sandbox.container_id] = used
             await watch._remove(sandbox)
 
-        backend.DockerSandbox._remove = _remove
+        backend.DockerSandbox._remove, backend.DockerSandbox.start = _remove, start
 
     def end(self) -> float:
         for cid in list(backend.LIVE):  # any not removed yet
             used = container_cpu(cid)
             if used is not None:
                 self.cpu[cid] = used
-        backend.DockerSandbox._remove = self._remove
+        backend.DockerSandbox._remove, backend.DockerSandbox.start = self._remove, self._start
         return sum(self.cpu.values())
+
+    def starting(self) -> float:
+        """Of their CPU, what the containers used until they were started."""
+        return sum(self.at_start.get(cid, 0.0) for cid in self.cpu)
 
 
 def own_cpu() -> tuple[float, float]:
@@ -183,6 +197,9 @@ async def bench(a, work: Path) -> tuple[int, float | None]:
     errors = sum(1 for r in result.records if r.get("error"))
     if errors:
         print(f"  {errors} samples had errors")
+    pooled = result.summary["session"].get("sandbox_pool") or {}
+    print(f"  pool: {pooled.get('started')} started, {pooled.get('recycled')} recycled, "
+          f"{pooled.get('recycle_failures')} recycle failures, {pooled.get('start_failures')} start failures")
     return sum(r["tool_calls"] for r in result.records), srv
 
 
@@ -245,6 +262,7 @@ async def main(a) -> None:
     model_s = srv.cpu_s if srv is not None else None
     ours = (self1 - self0 - engine.own_cpu) + (children1 - children0 - (model_s or 0.0))
     rows = [("insandbox", ours), ("model server", model_s), ("containers", container_s),
+            ("  starting", containers.starting()), ("  after", container_s - containers.starting()),
             ("engine", engine_s), ("engine - idle", engine_s - idle * wall)]
     total = ours + (model_s or 0.0) + container_s + max(0.0, engine_s - idle * wall)
     print(f"\n{a.what}: {a.samples} samples, concurrency {a.concurrency}, {a.calls} calls each, model latency "
