@@ -8,7 +8,9 @@ A scripted model answers every call after `latency` seconds; each sample (run, r
 a tool call too). `bench` runs the real bench runner (bench_throughput.py's task, its scripted model
 server in a process of its own, the rich progress bar drawn to /dev/null); `run` runs `samples` runs
 one after another (session.arun, as `insandbox run`); `rl` a batch of token-level rollouts
-(Rollouts.run_groups, the scripted generator in this process, SmolLM2's tokenizer).
+(Rollouts.run_groups, the scripted generator in this process, SmolLM2's tokenizer); `calls` starts one
+sandbox and makes `samples` x `calls` `echo` calls in it, `concurrency` sandboxes at once, no model:
+what a tool call costs once the sandbox runs (the engine's share is the attach stream's).
 
 The table, in CPU seconds and in ms per tool call made:
   insandbox   this process (every thread: the runner, the SDK, the trajectories' JSON, the progress)
@@ -233,6 +235,26 @@ async def rl(a, work: Path, tokenizer) -> tuple[int, None]:
     return sum(x.tool_calls for x in records), None
 
 
+async def start_for_calls(a) -> list:
+    from insandbox.sandbox.base import SandboxSpec
+
+    sandboxes = [backend.DockerSandbox(SandboxSpec(image=a.image)) for _ in range(a.concurrency)]
+    await asyncio.gather(*(sb.start() for sb in sandboxes))
+    await asyncio.gather(*(sb.run("echo warm") for sb in sandboxes))
+    return sandboxes
+
+
+async def echo_calls(a, sandboxes: list) -> tuple[int, None]:
+    n = max(a.samples * a.calls // len(sandboxes), 1)
+
+    async def one(sb) -> None:
+        for i in range(n):
+            await sb.run(f"echo step {i}")
+
+    await asyncio.gather(*(one(sb) for sb in sandboxes))
+    return n * len(sandboxes), None
+
+
 async def main(a) -> None:
     from insandbox.config import RunConfig
     from insandbox.runs.session import prepare_sandbox
@@ -244,13 +266,17 @@ async def main(a) -> None:
         from insandbox.rl.rollout.backends import load_gguf_tokenizer
 
         tokenizer = load_gguf_tokenizer(default_gguf())
+    sandboxes = await start_for_calls(a) if a.what == "calls" else []  # started before the clocks
     idle = engine_idle_rate()
     with tempfile.TemporaryDirectory(prefix="insandbox-cpu-") as tmp:
         containers, engine = Containers(), EngineWatch()
+        ran_before = [container_cpu(sb.container_id) or 0.0 for sb in sandboxes]
         engine.begin()
         self0, children0 = own_cpu()
         t0 = time.perf_counter()
-        if a.what == "bench":
+        if a.what == "calls":
+            calls, srv = await echo_calls(a, sandboxes)
+        elif a.what == "bench":
             calls, srv = await bench(a, Path(tmp))
         elif a.what == "run":
             calls, srv = await run(a, Path(tmp))
@@ -258,13 +284,19 @@ async def main(a) -> None:
             calls, srv = await rl(a, Path(tmp), tokenizer)
         wall = time.perf_counter() - t0
         self1, children1 = own_cpu()
-        engine_s, container_s = engine.end(), containers.end()
+        engine_s = engine.end()
+        if sandboxes:  # their CPU before the calls is taken off as "starting"
+            containers.at_start = {sb.container_id: before for sb, before in zip(sandboxes, ran_before)}
+            await asyncio.gather(*(sb.close() for sb in sandboxes))
+        container_s = containers.end()
     model_s = srv.cpu_s if srv is not None else None
     ours = (self1 - self0 - engine.own_cpu) + (children1 - children0 - (model_s or 0.0))
     rows = [("insandbox", ours), ("model server", model_s), ("containers", container_s),
             ("  starting", containers.starting()), ("  after", container_s - containers.starting()),
             ("engine", engine_s), ("engine - idle", engine_s - idle * wall)]
     total = ours + (model_s or 0.0) + container_s + max(0.0, engine_s - idle * wall)
+    if a.what == "calls":  # the starts were before the clocks
+        total -= containers.starting()
     print(f"\n{a.what}: {a.samples} samples, concurrency {a.concurrency}, {a.calls} calls each, model latency "
           f"{a.latency:g} s; {calls} tool calls in {wall:.1f} s ({len(containers.cpu)} containers; engine idle "
           f"{idle * 1e3:.0f} ms/s)\n")
@@ -275,7 +307,7 @@ async def main(a) -> None:
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--what", choices=("bench", "run", "rl"), default="bench")
+    ap.add_argument("--what", choices=("bench", "run", "rl", "calls"), default="bench")
     ap.add_argument("--concurrency", type=int, default=32)
     ap.add_argument("--samples", type=int, default=192)
     ap.add_argument("--calls", type=int, default=10, help="tool calls per sample (at least 2)")
