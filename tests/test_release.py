@@ -67,6 +67,7 @@ def test_the_built_wheel_installs_into_a_fresh_venv_and_runs_a_task(tmp_path, sc
         "package data missing from the sdist"
     metadata = zipfile.ZipFile(wheel).read(f"insandbox-{version}.dist-info/METADATA").decode()
     assert f"Version: {version}" in metadata and "Classifier: " in metadata
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in in_wheel), "the license text is not in the wheel"
 
     # a fresh environment: its own site-packages, the wheel and its dependencies from PyPI, nothing of the
     # checkout's environment
