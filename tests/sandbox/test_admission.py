@@ -4,6 +4,7 @@ again, and the host figures the gate reads are the kernel's."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import errno
 import subprocess
 import uuid
@@ -56,7 +57,7 @@ def one_address_network(fresh_gate):
 
 
 def sandbox(fresh_gate, **limits):
-    spec_limits = SandboxLimits(**{**vars(QUICK), **limits})
+    spec_limits = dataclasses.replace(QUICK, **limits)  # the sizes in bytes are worked out again
     return create_sandbox(SandboxSpec(image=fresh_gate.image, run_id=fresh_gate.run_id, limits=spec_limits))
 
 
