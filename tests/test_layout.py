@@ -57,7 +57,8 @@ def test_only_the_docker_backend_knows_docker():
 
 def test_pure_tests_run_without_docker_and_without_the_development_data():
     env = {**os.environ, "DOCKER_HOST": "unix:///nonexistent/docker.sock", "INSANDBOX_SHARED_DATA": ""}
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m",
+    # on two workers (pytest-xdist): this repeats some 900 tests, and the suite must stay under 30 minutes
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "-m",
                         "not docker and not shared_data", "--deselect", "tests/test_layout.py", "tests"],
                        cwd=REPO, env=env, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout[-3000:]
