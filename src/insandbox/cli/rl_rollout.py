@@ -38,6 +38,11 @@ def rollout(
     top_p: Annotated[float, typer.Option(help="Nucleus sampling.")] = 1.0,
     timeout: Annotated[float, typer.Option(help="Seconds a whole rollout may take.")] = 900.0,
     image: Annotated[str, typer.Option(help="Sandbox image.")] = defaults.IMAGE,
+    backend: Annotated[str, typer.Option(help="Sandbox backend: docker, or bwrap (no engine, no root).")] = \
+        defaults.BACKEND,
+    network: Annotated[str, typer.Option(help="Sandbox network: bridge, none, registries or host.")] = \
+        defaults.NETWORK,
+    runtime: Annotated[Optional[str], typer.Option(help="The engine's container runtime, e.g. gvisor.")] = None,
     scoring: Annotated[str, typer.Option(help="Reward scoring: strict, or paper (the official LLM-in-Sandbox-RL "
                                                "reward, which pays for hedging).")] = "strict",
     multi_choice: Annotated[str, typer.Option(help="Multi-choice reward: exact (the set) or f1.")] = "exact",
@@ -60,7 +65,7 @@ def rollout(
     try:
         config = RolloutConfig(max_turns=max_turns, max_response_tokens=max_response_tokens,
                                max_tokens_per_turn=max_tokens_per_turn, temperature=temperature, top_p=top_p,
-                               timeout_s=timeout, image=image)
+                               timeout_s=timeout, image=image, backend=backend, network=network, runtime=runtime)
         reward = RewardConfig(scoring=scoring, multi_choice=multi_choice, open=open_answer)
     except ValueError as e:
         from pydantic import ValidationError
@@ -94,7 +99,8 @@ async def run_rollouts(rows: list[dict], out: Path, config, reward, n: int, conc
     from ..runs.session import prepare_sandbox
 
     if not ray:
-        await prepare_sandbox(RunConfig(image=config.image, build_image=True))
+        await prepare_sandbox(RunConfig(image=config.image, backend=config.backend, network=config.network,
+                                        runtime=config.runtime, build_image=True))
         tokenizer, generate = load_policy(model=model, gguf=gguf, seed=seed)
         rollouts = Rollouts(tokenizer, config, reward)
         return await _write_rollouts(

@@ -167,6 +167,19 @@ def test_the_command_line_takes_backend_bwrap(no_engine, scripted, tmp_path):
         "insandbox: unknown sandbox backend 'nope'; known: docker, bwrap"]
 
 
+def test_rl_rollout_command_takes_backend_bwrap(no_engine, tmp_path):
+    """`insandbox rl rollout --backend bwrap` with the embedded policy and no engine reachable."""
+    data = tmp_path / "rows.jsonl"
+    data.write_text(json.dumps({"id": "t1", "problem_statement": "Answer B.", "ground_truth": "B",
+                                "input_files": {"doc.txt": "B\n"}}) + "\n")
+    out = tmp_path / "out"
+    r = cli("rl", "rollout", "--data", str(data), "--out", str(out), "--n", "1", "--max-turns", "1",
+            "--max-tokens-per-turn", "16", "--backend", "bwrap", "--network", "none", "--seed", "1", timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    record = json.loads((out / "rollouts.jsonl").read_text().splitlines()[0])
+    assert record["trajectory"]["sandbox"].get("backend") == "bwrap", (record["exit_reason"], record["exit_detail"], record["trajectory"]["sandbox"])
+
+
 def test_what_it_cannot_do_is_refused_in_one_line_or_done_another_way(no_engine, run_async):
     from insandbox.agent.env import EnvConfig, SandboxEnv, Task
 

@@ -102,7 +102,8 @@ class Rollouts:
         gate = asyncio.Semaphore(concurrency)
         own_pool = self.pool is None and self.config.pool
         if own_pool:
-            self.pool = SandboxPool(self.env_template.sandbox_spec(), size=concurrency + min(concurrency, 8),
+            self.pool = SandboxPool(self.env_template.sandbox_spec(), self.env_template.backend,
+                                    size=concurrency + min(concurrency, 8),
                                     recycle=self.config.recycle)
             self.pool.expect(len(rows) * n)
 
