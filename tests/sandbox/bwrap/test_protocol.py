@@ -177,7 +177,8 @@ def test_rl_rollout_command_takes_backend_bwrap(no_engine, tmp_path):
             "--max-tokens-per-turn", "16", "--backend", "bwrap", "--network", "none", "--seed", "1", timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     record = json.loads((out / "rollouts.jsonl").read_text().splitlines()[0])
-    assert record["trajectory"]["sandbox"].get("backend") == "bwrap", (record["exit_reason"], record["exit_detail"], record["trajectory"]["sandbox"])
+    sandbox = record["trajectory"]["sandbox"]
+    assert sandbox.get("backend") == "bwrap", (record["exit_reason"], record["exit_detail"], sandbox)
 
 
 def test_what_it_cannot_do_is_refused_in_one_line_or_done_another_way(no_engine, run_async):
