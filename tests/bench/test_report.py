@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from insandbox.bench.experiment import differing, read_run
-from insandbox.bench.report import write_report
+from insandbox.bench.report_files import write_report
 from tests.helpers import cli
 
 REPORT_RUN = Path(__file__).parents[1] / "data" / "report_run"

@@ -7,7 +7,7 @@ import shutil
 from html.parser import HTMLParser
 from pathlib import Path
 
-from insandbox.bench.report import write_report
+from insandbox.bench.report_files import write_report
 from insandbox.bench.report_html import inline, render_report_html
 from tests.helpers import cli
 

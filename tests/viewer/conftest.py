@@ -13,7 +13,7 @@ from typing import Optional
 
 import pytest
 
-from insandbox.bench.report import write_report
+from insandbox.bench.report_files import write_report
 from insandbox.viewer.app import bind, server
 from tests.viewer.recorded import record_bench, record_run
 

@@ -400,30 +400,6 @@ def markdown(data: dict, run_dirs: list[Path], figures: list[str]) -> str:
     return "\n".join(parts)
 
 
-def write_report(run_dirs: list[Path], out_dir: Optional[Path] = None, plots: bool = True,
-                 pool: bool = False) -> tuple[Path, dict]:
-    """report.md, report.json, figures and report.html for these runs, compared side by side (`pool`: runs of one
-    task and model with identical settings pooled; a ValueError when their settings differ)."""
-    run_dirs = [Path(d) for d in run_dirs]
-    units, groups = load_units(run_dirs, pool)
-    if not groups:
-        raise ValueError("no finished samples in these runs")
-    data = analyse(groups, units)
-    out = Path(out_dir) if out_dir else run_dirs[0] / "report"
-    out.mkdir(parents=True, exist_ok=True)
-    figures = []
-    if plots:
-        from ..analysis import plots as P
-
-        figures = P.all_figures(data, out)
-    (out / "report.json").write_text(json.dumps(data, indent=1, default=str), encoding="utf-8")
-    (out / "report.md").write_text(markdown(data, run_dirs, figures), encoding="utf-8")
-    from .report_html import render_report_html
-
-    (out / "report.html").write_text(render_report_html(data, figures, run_dirs), encoding="utf-8")
-    return out, data
-
-
 def rich_tables(data: dict):
     """The accuracy, paired, cost and choice-extraction tables for the terminal, then the warnings. Names from
     the runs are shown as text (console.shown), never as markup or terminal controls."""

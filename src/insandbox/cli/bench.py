@@ -60,7 +60,8 @@ def bench(
     """Benchmark a model on a task, in sandbox mode, plain mode or both."""
     from ..bench.data import DataError
     from ..bench.progress import RichBenchProgress
-    from ..bench.report import rich_tables, write_report
+    from ..bench.report import rich_tables
+    from ..bench.report_files import write_report
     from ..bench.runner import BenchAborted, BenchConfig
     from ..bench.tasks import builtin_tasks, load_task
     from ..config import ConfigError, validated
@@ -120,7 +121,8 @@ def report(
                                                       "when their settings differ).")] = False,
 ) -> None:
     """Accuracy with confidence intervals, sandbox vs plain, capability usage, tokens, cost and time."""
-    from ..bench.report import rich_tables, write_report
+    from ..bench.report import rich_tables
+    from ..bench.report_files import write_report
     from .console import make_console, shown
 
     try:

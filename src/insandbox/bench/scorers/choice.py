@@ -21,6 +21,7 @@ from typing import Optional
 
 from ..data import Row
 from .base import ScoreResult, strip_thinking
+from .reference_extraction import reference_verdict
 
 # one letter, maybe wrapped in brackets, quotes or markdown emphasis: C, (C), [C], **C**, "C"
 _TOKEN = r"[*_]{0,2}[\"'(\[]?[*_]{0,2}([A-Za-z])[*_]{0,2}[\"')\]]?[*_]{0,2}"
@@ -166,8 +167,6 @@ def strict_verdict(answer: str, row: Row) -> tuple[float, Reading, dict]:
 
 def both_verdicts(answer: str, row: Row) -> dict:
     """The strict and the reference extraction's verdicts on one answer (score_detail["extractions"])."""
-    from .choice_reference import reference_verdict
-
     score, reading, _ = strict_verdict(answer, row)
     ref_score, ref_letter = reference_verdict(answer, row.ground_truth)
     return {"strict": {"letter": reading.letter, "score": score},

@@ -225,6 +225,17 @@ def load_config(path: Optional[Path] = None, overrides: Optional[dict] = None,
     return config
 
 
+# the GRPOConfig fields grpo_args.grpo_kwargs sets from this config (grpo.trl may not set them again)
+MAPPED_FIELDS = {
+    "output_dir", "per_device_train_batch_size", "gradient_accumulation_steps", "steps_per_generation",
+    "generation_batch_size", "num_generations", "max_steps", "learning_rate", "lr_scheduler_type", "warmup_steps",
+    "weight_decay", "max_grad_norm", "beta", "epsilon", "epsilon_high", "scale_rewards", "loss_type",
+    "num_iterations", "mask_truncated_completions", "max_completion_length", "temperature", "top_p", "use_vllm",
+    "report_to", "logging_steps", "save_strategy", "save_steps", "save_total_limit", "seed", "bf16", "fp16",
+    "gradient_checkpointing", "disable_tqdm", "remove_unused_columns", "use_cpu",
+}
+
+
 def _check_trl_fields(extra: dict) -> None:
     """`grpo.trl` keys must be GRPOConfig fields that this config does not already set."""
     if not extra:
@@ -232,8 +243,6 @@ def _check_trl_fields(extra: dict) -> None:
     import dataclasses
 
     from trl import GRPOConfig
-
-    from .grpo_args import MAPPED_FIELDS
 
     known = {f.name for f in dataclasses.fields(GRPOConfig)}
     unknown = sorted(set(extra) - known)
