@@ -14,6 +14,7 @@ import pytest
 from insandbox.sandbox import SandboxError, SandboxLimits, SandboxSpec, admission, create_sandbox
 from insandbox.sandbox.admission import Gate, Thresholds
 from insandbox.sandbox.docker import engine
+from insandbox.sandbox.docker.host import EngineHost
 from tests.helpers import containers_with_label
 
 QUICK = SandboxLimits(disk=None, memory="256m", cpus=1.0)  # admission does not depend on the disk limit
@@ -213,6 +214,6 @@ def test_host_figures_are_the_kernels(docker_image):
     import resource
     assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == soft == hard
     engine.api()  # the engine on this machine: its bridge is found
-    bridge = asyncio.run(admission.Host().bridge_of("bridge"))
+    bridge = asyncio.run(EngineHost().bridge_of("bridge"))
     assert bridge is not None and bridge.startswith(("docker", "br-"))
-    assert asyncio.run(admission.Host().bridge_of("none")) is None
+    assert asyncio.run(EngineHost().bridge_of("none")) is None

@@ -41,6 +41,8 @@ from ..guest.protocol import BOOTSTRAP
 from . import engine, etc_files, limits, netfilter, runtimes
 from .channel import Channel
 from .files import CHANNEL_GRACE_S, DockerFiles
+from .host import EngineHost
+from .image import ImageNotFound
 from .labels import LABEL, LABEL_CREATED, LABEL_OWNER, LABEL_RUN, owner_label, process_start  # noqa: F401
 
 BUILTIN_NETWORKS = ("bridge", "none", "host")
@@ -50,13 +52,6 @@ REGISTRIES = "registries"  # our own mode: package registries only, through prox
 _WARNED: dict[str, bool] = {}  # docker host -> the missing disk limit was reported
 LIVE: dict[str, str] = {}  # container id -> name, of sandboxes this process has not removed yet
 UNREMOVED: dict[str, str] = {}  # container id -> name, of those whose removal failed (the engine was away)
-
-
-class ImageNotFound(SetupError):
-    def __init__(self, image: str):
-        super().__init__(f"image {image!r} not found; build it with `insandbox image build --tag {image}` "
-                         "(or pull it into the engine)")
-        self.image = image
 
 
 UNISOLATED_ENV = "INSANDBOX_UNISOLATED_ENGINE"  # "1": run on an engine where sandboxes cannot be kept apart
@@ -213,6 +208,7 @@ class DockerSandbox(DockerFiles):
     async def start(self) -> None:
         """Waits for room on the host first; a start the engine refuses for want of room waits and is
         tried again as a fresh container (admission.py); so is a gVisor sandbox that failed to boot."""
+        admission.gate().use_host(EngineHost)  # what the gate checks of this engine's machine
         door = self.spec.admission or admission.gate()  # the session's, else the process's gate
         for tries_left in range(runtimes.BOOT_TRIES - 1, -1, -1):
             try:

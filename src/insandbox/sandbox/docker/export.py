@@ -43,7 +43,7 @@ def _exported(image: str, write: Callable[[io.BufferedReader], None]) -> dict:
     """Hand `write` the tar stream of a container of the image; returns the image's image.json."""
     import docker.errors
 
-    from .backend import ImageNotFound
+    from .image import ImageNotFound
 
     api = engine.api()
     try:

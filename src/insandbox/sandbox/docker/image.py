@@ -18,8 +18,16 @@ from pathlib import Path
 from typing import Optional
 
 from ...core import defaults
-from ..base import SandboxError
+from ..base import SandboxError, SetupError
 from . import engine
+
+
+class ImageNotFound(SetupError):
+    def __init__(self, image: str):
+        super().__init__(f"image {image!r} not found; build it with `insandbox image build --tag {image}` "
+                         "(or pull it into the engine)")
+        self.image = image
+
 
 DEFAULT_TAG = defaults.IMAGE
 BASE_TAG = "insandbox-base:bookworm"
