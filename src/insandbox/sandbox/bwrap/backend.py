@@ -28,8 +28,6 @@ from typing import ClassVar, Optional
 from .. import admission, rootfs
 from ..base import (
     Capabilities,
-    CommandResult,
-    ExecResult,
     Leftover,
     Progress,
     SandboxError,
@@ -37,9 +35,8 @@ from ..base import (
     SetupError,
 )
 from ..channel import STREAM_LIMIT, PipeChannel, server_source
-from ..guest import protocol
 from ..owner import owner_label, process_start
-from ..serverfiles import CHANNEL_GRACE_S
+from ..servercommands import ServerCommands
 from . import hostside, launch
 from . import network as network_mod
 
@@ -128,7 +125,7 @@ def _probe(fs: rootfs.RootFS) -> str:
     return err
 
 
-class BwrapSandbox(hostside.HostSideFiles):
+class BwrapSandbox(hostside.HostSideFiles, ServerCommands):
     backend: ClassVar[str] = "bwrap"
     capabilities: ClassVar[Capabilities] = Capabilities(
         recycle=False, snapshot=False, disk_limit=False, network_modes=NETWORKS, named_networks=False)
@@ -360,23 +357,6 @@ class BwrapSandbox(hostside.HostSideFiles):
                 rc = self.proc.returncode if self.proc else None
                 raise SandboxError(f"{e} (bwrap exit code {rc})") from None
             raise
-
-    # ------------------------------------------------------------------ commands
-    async def run(self, command: str, timeout: float = 120.0) -> CommandResult:
-        reply = await self._request(protocol.RUN, timeout + CHANNEL_GRACE_S, cmd=command, timeout=timeout,
-                                    limit=self.spec.output_limit_chars)
-        return CommandResult(
-            output=reply["output"], output_tail=reply.get("output_tail", ""), cut_chars=reply.get("cut_chars", 0),
-            exit_code=reply.get("exit_code"), total_chars=reply.get("total_chars", 0),
-            total_bytes=reply.get("total_bytes", 0), timed_out=reply.get("timed_out", False),
-            shell_restarted=reply.get("shell_restarted", False), shell_exited=reply.get("shell_exited", False),
-            streams_restored=reply.get("streams_restored", False), oom_kills=reply.get("oom_kills", 0),
-            duration_s=reply.get("duration_s", 0.0), cwd=reply.get("cwd", ""))
-
-    async def exec(self, argv: list[str], timeout: float = 60.0, stdin: str = "") -> ExecResult:
-        reply = await self._request(protocol.EXEC, timeout + CHANNEL_GRACE_S, argv=argv, timeout=timeout, stdin=stdin)
-        return ExecResult(exit_code=reply.get("exit_code"), stdout=reply.get("stdout", ""),
-                          stderr=reply.get("stderr", ""), timed_out=reply.get("timed_out", False))
 
 
 def _bwrap_alive(process: str) -> Optional[int]:

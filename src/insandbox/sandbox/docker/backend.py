@@ -22,12 +22,9 @@ import uuid
 from pathlib import Path
 from typing import ClassVar, Optional
 
-from ...core import defaults
 from .. import admission
 from ..base import (
     Capabilities,
-    CommandResult,
-    ExecResult,
     Leftover,
     Progress,
     SandboxBrokenByItself,
@@ -38,9 +35,10 @@ from ..base import (
 from ..channel import server_source
 from ..guest import protocol
 from ..guest.protocol import BOOTSTRAP
+from ..servercommands import ServerCommands
 from . import engine, etc_files, limits, netfilter, runtimes
 from .channel import Channel
-from .files import CHANNEL_GRACE_S, DockerFiles
+from .files import DockerFiles
 from .host import EngineHost
 from .image import ImageNotFound
 from .labels import LABEL, LABEL_CREATED, LABEL_OWNER, LABEL_RUN, owner_label, process_start  # noqa: F401
@@ -74,7 +72,7 @@ def isolation_unavailable(network: str) -> str:
     return ""
 
 
-class DockerSandbox(DockerFiles):
+class DockerSandbox(DockerFiles, ServerCommands):
     backend: ClassVar[str] = "docker"
     capabilities: ClassVar[Capabilities] = Capabilities(
         recycle=True, snapshot=True, disk_limit=True, network_modes=("bridge", "none", "host", "registries"),
@@ -513,19 +511,3 @@ class DockerSandbox(DockerFiles):
                 raise (SandboxBrokenByItself if by_itself else SandboxError)(f"{e} ({why})") from None
             raise
 
-    # ------------------------------------------------------------------ commands
-    async def run(self, command: str, timeout: float = defaults.COMMAND_TIMEOUT_S) -> CommandResult:
-        reply = await self._request(protocol.RUN, timeout + CHANNEL_GRACE_S, cmd=command, timeout=timeout,
-                                    limit=self.spec.output_limit_chars)
-        return CommandResult(
-            output=reply["output"], output_tail=reply.get("output_tail", ""), cut_chars=reply.get("cut_chars", 0),
-            exit_code=reply.get("exit_code"), total_chars=reply.get("total_chars", 0),
-            total_bytes=reply.get("total_bytes", 0), timed_out=reply.get("timed_out", False),
-            shell_restarted=reply.get("shell_restarted", False), shell_exited=reply.get("shell_exited", False),
-            streams_restored=reply.get("streams_restored", False), oom_kills=reply.get("oom_kills", 0),
-            duration_s=reply.get("duration_s", 0.0), cwd=reply.get("cwd", ""))
-
-    async def exec(self, argv: list[str], timeout: float = 60.0, stdin: str = "") -> ExecResult:
-        reply = await self._request(protocol.EXEC, timeout + CHANNEL_GRACE_S, argv=argv, timeout=timeout, stdin=stdin)
-        return ExecResult(exit_code=reply.get("exit_code"), stdout=reply.get("stdout", ""),
-                          stderr=reply.get("stderr", ""), timed_out=reply.get("timed_out", False))
