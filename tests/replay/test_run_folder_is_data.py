@@ -335,3 +335,12 @@ def test_a_fork_sends_the_conversation_to_a_recorded_server_only_on_loopback(rec
         assert listener.requests
     finally:
         listener.stop()
+
+
+def test_a_run_folder_never_chooses_the_sandbox_backend(recorded, tmp_path):
+    """The backend is this machine's choice: a recorded one (here a name no registry knows, as a hostile
+    folder might carry to reach a backend of its choosing) is dropped, and the replay runs where it is told."""
+    run = _copy(recorded, tmp_path)
+    _edit(run, lambda t: t["config"].update(backend="attacker-backend"))
+    r = cli("replay", str(run), "--until", "1", "-q")
+    assert r.returncode == 0 and "differ" in r.stdout and "attacker-backend" not in r.stderr, (r.stdout, r.stderr)
