@@ -136,8 +136,8 @@ def test_a_trickling_answer_is_bounded_by_the_timeout(scripted, run_async):
 
 @pytest.mark.parametrize("fault,error", [
     ({"drop": True}, "broke before a complete answer: Server disconnected without sending a response"),
-    ({"cut": 40}, "broke before a complete answer: peer closed connection without sending complete message body "
-                  r"\(received 40 bytes"),
+    ({"cut": 40}, r"broke before a complete answer: the connection closed before the whole answer came: "
+                  r".*\(received 40 of 400 bytes"),
     ({"cut": 40, "length": False}, "not a chat completion: a body that is not JSON \\(application/json, 40 bytes\\): "
                                    "'{\"id\": \"chatcmpl-"),
     ({"cut": 40, "hang": True}, "did not answer within 1s"),

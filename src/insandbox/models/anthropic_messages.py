@@ -32,9 +32,9 @@ import time
 from typing import Any, Optional
 
 from ..core import defaults
-from ..core.units import is_loopback
 from ..tools.base import ToolCall
 from .base import ContextLengthError, ModelError, ModelReply, Usage, refuse_cut_calls
+from .http_transport import sdk_http_client, sdk_stream_client
 from .openai_compat import CONTEXT_ERROR, STALL_TIMEOUT_S, DeltaHook
 from .retrying import (
     BACKOFF_S,
@@ -204,14 +204,13 @@ class AnthropicClient(SDKClient):
             kwargs: dict[str, Any] = {}
             if self.params.get("thinking"):
                 kwargs["default_headers"] = {"anthropic-beta": INTERLEAVED_THINKING}
-            if is_loopback(self.base_url):  # as in the OpenAI client: no keep-alive on loopback
-                import httpx
-
-                kwargs["http_client"] = anthropic.DefaultAsyncHttpxClient(
-                    limits=httpx.Limits(max_connections=1000, max_keepalive_connections=0), timeout=self.timeout)
+            kwargs["http_client"] = sdk_http_client(anthropic, self.base_url, self.timeout)
             # max_retries=0: retrying is ours (models/retrying.py)
             self._client = anthropic.AsyncAnthropic(base_url=self.base_url, api_key=self.api_key or "EMPTY",
                                                     timeout=self.timeout, max_retries=0, **kwargs)
+            if self.stream:
+                self._streaming = self._client.with_options(
+                    http_client=sdk_stream_client(anthropic, self.base_url, self.timeout))
         return self._client
 
     def _resource(self) -> Any:
@@ -286,7 +285,7 @@ class AnthropicClient(SDKClient):
         import anthropic
 
         deadline = time.perf_counter() + self.timeout
-        stream = await asyncio.wait_for(self._client.messages.create(**self._sdk_args(body), stream=True),
+        stream = await asyncio.wait_for(self._streaming.messages.create(**self._sdk_args(body), stream=True),
                                         self.timeout)
         acc = StreamedMessage()
         await pump_stream(stream, acc.add, self.on_delta, self.stall_timeout, deadline, "events",

@@ -35,9 +35,9 @@ from collections.abc import Callable
 from typing import Any, Optional
 
 from ..core import defaults
-from ..core.units import is_loopback
 from ..tools.base import ToolCall
 from .base import ContextLengthError, ModelError, ModelReply, Usage, refuse_cut_calls
+from .http_transport import sdk_http_client, sdk_stream_client
 from .retrying import (
     BACKOFF_S,
     EXCERPT_CHARS,
@@ -132,16 +132,13 @@ class OpenAIChatClient(SDKClient):
         if self._client is None:
             import openai
 
-            kwargs: dict[str, Any] = {}
-            if is_loopback(self.base_url):
-                # A loopback connection costs ~0.1 ms; a fresh one per request avoids the 40 ms
-                # stall (Nagle + delayed ACK) of servers that send headers and body in two writes.
-                http_cls = getattr(openai, "DefaultAsyncHttpx2Client", None) or openai.DefaultAsyncHttpxClient
-                limits = type(openai.DEFAULT_CONNECTION_LIMITS)(max_connections=1000, max_keepalive_connections=0)
-                kwargs["http_client"] = http_cls(limits=limits, timeout=self.timeout)
             # max_retries=0: retrying is ours (see models/retrying.py)
             self._client = openai.AsyncOpenAI(base_url=self.base_url, api_key=self.api_key or "EMPTY",
-                                              timeout=self.timeout, max_retries=0, **kwargs)
+                                              timeout=self.timeout, max_retries=0,
+                                              http_client=sdk_http_client(openai, self.base_url, self.timeout))
+            if self.stream:
+                self._streaming = self._client.with_options(
+                    http_client=sdk_stream_client(openai, self.base_url, self.timeout))
         return self._client
 
     def _resource(self) -> Any:
@@ -226,7 +223,8 @@ class OpenAIChatClient(SDKClient):
         body.setdefault("stream_options", {"include_usage": True})
         deadline = time.perf_counter() + self.timeout
         stream = await asyncio.wait_for(
-            client.chat.completions.create(**kwargs, messages=[], extra_body=body, stream=True), self.timeout)
+            self._streaming.chat.completions.create(**kwargs, messages=[], extra_body=body, stream=True),
+            self.timeout)
         acc = StreamedCompletion()
         await pump_stream(stream, acc.add, self.on_delta, self.stall_timeout, deadline, "chunks",
                           passthrough=(openai.APIError,))

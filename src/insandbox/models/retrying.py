@@ -379,6 +379,7 @@ class SDKClient:
     `_complete(messages, tools, t0)`."""
 
     _client: Any = None
+    _streaming: Any = None  # the same client over the transport for streamed answers (models/http_transport.py)
     _secrets: Optional[set[str]] = None
     base_url: Optional[str] = None
     api_key: Optional[str] = None
@@ -410,9 +411,10 @@ class SDKClient:
         raise NotImplementedError
 
     async def close(self) -> None:
-        if self._client is not None:
-            await self._client.close()
-            self._client = None
+        for client in (self._streaming, self._client):
+            if client is not None:
+                await client.close()
+        self._client = self._streaming = None
 
     async def complete(self, messages: list[dict], tools: Optional[list[dict]] = None):
         # the SDK is imported (seconds, the first time) before the clock starts: a step's model
