@@ -1,7 +1,7 @@
 """CPU per tool call: where the CPU of a run, a bench or an RL rollout batch goes, by component.
 
-    .venv/bin/python benchmarks/bench_cpu.py [--what bench|run|rl] [--concurrency 32] [--samples 192]
-        [--calls 10] [--latency 1.0]
+    .venv/bin/python benchmarks/bench_cpu.py [--what bench|run|rl|calls] [--concurrency 32] [--samples 192]
+        [--calls 10] [--latency 1.0] [--steady K]
 
 A scripted model answers every call after `latency` seconds; each sample (run, rollout) makes
 `calls` tool calls: `echo`s, then writing the answer (and submitting, which bench and run count as
@@ -61,7 +61,7 @@ class EngineWatch(threading.Thread):
 
     def __init__(self, every: float = 0.5):
         super().__init__(daemon=True)
-        self.every, self.first, self.last = every, {}, {}
+        self.every, self.first, self.last, self.comm = every, {}, {}, {}
         self.stop_ = threading.Event()
         self.own_cpu = 0.0  # this thread's CPU, taken off this process's
         self.started_with: set[str] = set()
@@ -79,6 +79,7 @@ class EngineWatch(threading.Thread):
                 if comm not in ENGINE:
                     self.last[pid] = None  # not the engine's: never read again (pids are not reused in a run)
                     continue
+                self.comm[pid] = comm
             elif self.last[pid] is None:
                 continue
             s = _stat(pid)
@@ -89,7 +90,15 @@ class EngineWatch(threading.Thread):
             self.last[pid] = s[1]
 
     def total(self) -> float:
-        return sum(v - self.first.get(p, 0.0) for p, v in self.last.items() if v is not None)
+        return sum(self.by_process().values())
+
+    def by_process(self) -> dict[str, float]:
+        """CPU seconds by process name (all the shims together, ...)."""
+        out: dict[str, float] = {}
+        for p, v in self.last.items():
+            if v is not None:
+                out[self.comm[p]] = out.get(self.comm[p], 0.0) + v - self.first.get(p, 0.0)
+        return out
 
     def run(self) -> None:
         t0 = time.thread_time()
@@ -255,17 +264,8 @@ async def echo_calls(a, sandboxes: list) -> tuple[int, None]:
     return n * len(sandboxes), None
 
 
-async def main(a) -> None:
-    from insandbox.config import RunConfig
-    from insandbox.runs.session import prepare_sandbox
-
-    await prepare_sandbox(RunConfig(image=a.image))
-    tokenizer = None
-    if a.what == "rl":
-        from insandbox.models.local_server import default_gguf
-        from insandbox.rl.rollout.backends import load_gguf_tokenizer
-
-        tokenizer = load_gguf_tokenizer(default_gguf())
+async def measure(a, tokenizer) -> tuple[int, float, dict]:
+    """One workload of `a.samples` samples: (tool calls, wall seconds, CPU seconds by component)."""
     sandboxes = await start_for_calls(a) if a.what == "calls" else []  # started before the clocks
     idle = engine_idle_rate()
     with tempfile.TemporaryDirectory(prefix="insandbox-cpu-") as tmp:
@@ -291,18 +291,52 @@ async def main(a) -> None:
         container_s = containers.end()
     model_s = srv.cpu_s if srv is not None else None
     ours = (self1 - self0 - engine.own_cpu) + (children1 - children0 - (model_s or 0.0))
-    rows = [("insandbox", ours), ("model server", model_s), ("containers", container_s),
-            ("  starting", containers.starting()), ("  after", container_s - containers.starting()),
-            ("engine", engine_s), ("engine - idle", engine_s - idle * wall)]
-    total = ours + (model_s or 0.0) + container_s + max(0.0, engine_s - idle * wall)
+    cpu = {"insandbox": ours, "model server": model_s, "containers": container_s,
+           "  starting": containers.starting(), "  after": container_s - containers.starting(),
+           "engine": engine_s, **{f"  {k}": v for k, v in sorted(engine.by_process().items())},
+           "engine - idle": max(0.0, engine_s - idle * wall)}
+    cpu["total"] = ours + (model_s or 0.0) + container_s + cpu["engine - idle"]
     if a.what == "calls":  # the starts were before the clocks
-        total -= containers.starting()
+        cpu["total"] -= containers.starting()
     print(f"\n{a.what}: {a.samples} samples, concurrency {a.concurrency}, {a.calls} calls each, model latency "
           f"{a.latency:g} s; {calls} tool calls in {wall:.1f} s ({len(containers.cpu)} containers; engine idle "
-          f"{idle * 1e3:.0f} ms/s)\n")
-    print(f"{'component':<14} {'CPU s':>8} {'ms/call':>8}")
-    for name, v in rows + [("total", total)]:
-        print(f"{name:<14} {v:>8.2f} {v / calls * 1e3:>8.2f}" if v is not None else f"{name:<14} {'-':>8} {'-':>8}")
+          f"{idle * 1e3:.0f} ms/s)")
+    return calls, wall, cpu
+
+
+def table(columns: list[tuple[str, dict, int]]) -> None:
+    """CPU seconds and ms per tool call, one pair of columns per workload (or difference)."""
+    print(f"\n{'component':<14}" + "".join(f" {name + ' CPU s':>18} {'ms/call':>8}" for name, _, _ in columns))
+    for key in columns[0][1]:
+        cells = ""
+        for _, cpu, calls in columns:
+            v = cpu[key]
+            cells += f" {v:>18.2f} {v / calls * 1e3:>8.2f}" if v is not None else f" {'-':>18} {'-':>8}"
+        print(f"{key:<14}{cells}")
+
+
+async def main(a) -> None:
+    from insandbox.config import RunConfig
+    from insandbox.runs.session import prepare_sandbox
+
+    await prepare_sandbox(RunConfig(image=a.image))
+    tokenizer = None
+    if a.what == "rl":
+        from insandbox.models.local_server import default_gguf
+        from insandbox.rl.rollout.backends import load_gguf_tokenizer
+
+        tokenizer = load_gguf_tokenizer(default_gguf())
+    calls, _, cpu = await measure(a, tokenizer)
+    if not a.steady:
+        table([("", cpu, calls)])
+        return
+    # steady state: the same workload with `steady` times the samples, less the first one: what the
+    # extra calls cost, without what every workload pays once (imports, the pool's first starts)
+    small = a.samples
+    a.samples = small * a.steady
+    calls2, _, cpu2 = await measure(a, tokenizer)
+    extra = {k: (cpu2[k] - cpu[k]) if cpu[k] is not None else None for k in cpu}
+    table([(f"{small}", cpu, calls), (f"{a.samples}", cpu2, calls2), (f"{a.samples}-{small}", extra, calls2 - calls)])
 
 
 if __name__ == "__main__":
@@ -313,4 +347,7 @@ if __name__ == "__main__":
     ap.add_argument("--calls", type=int, default=10, help="tool calls per sample (at least 2)")
     ap.add_argument("--latency", type=float, default=1.0, help="seconds the scripted model takes per call")
     ap.add_argument("--image", default="insandbox:latest")
+    ap.add_argument("--steady", type=int, default=0, metavar="K",
+                    help="run again with K times the samples and show the difference: the steady state's CPU "
+                         "per tool call, without what a workload pays once (imports, the pool's first starts)")
     asyncio.run(main(ap.parse_args()))

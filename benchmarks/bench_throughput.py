@@ -9,8 +9,10 @@ calls (execute_bash `echo`s, writing the answer, submit), each in its own sandbo
 the real `insandbox bench` runner (results store, scoring, summary). With no overhead a
 sample takes latency x calls, so the ideal (latency-bound) rate is
 concurrency x 60 / (latency x calls) samples per minute. Each concurrency runs
-`waves` x concurrency samples; `steady` counts only the samples that finished after every slot had
-its first sandbox and before the slots drain, the rate once the engine's start-up ramp is over.
+`waves` x concurrency samples; `MiB/sandbox` is the host memory in use at the run's peak (MemAvailable's
+drop) over the most sandboxes alive at once (the pool's size); `steady` counts only the samples that
+finished after every slot had its first sandbox and before the slots drain, the rate once the engine's
+start-up ramp is over.
 By default samples take their sandboxes from the bench's
 pool, which recycles them (sandbox/pool.py); --no-recycle keeps the pool but removes each
 used sandbox, --no-pool gives every sample a sandbox of its own as before the pool.
@@ -29,6 +31,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import types
 from pathlib import Path
@@ -91,9 +94,43 @@ def bench_config(concurrency: int, n: int, calls: int, work: Path, url: str, poo
                                                                  backend=backend, network=network))
 
 
+def mem_available() -> int:
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+class MemoryWatch(threading.Thread):
+    """The host's memory in use at the peak of a run: MemAvailable's largest drop from before the
+    run (the containers, their shims, the engine's share and this process together), every 0.5 s."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.before, self.lowest, self.stop = mem_available(), None, threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.wait(0.5):
+            now = mem_available()
+            self.lowest = now if self.lowest is None else min(self.lowest, now)
+
+    @property
+    def peak_drop(self) -> int:
+        return max(0, self.before - (self.lowest if self.lowest is not None else self.before))
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.join()
+
+
 async def measure(concurrency: int, n: int, latency: float, calls: int, work: Path, pool: bool = True,
                   recycle: bool = True, backend: str = "docker", network: str = "bridge") -> dict:
-    with model_server(script(calls), latency, work) as srv:
+    with model_server(script(calls), latency, work) as srv, MemoryWatch() as memory:
         cfg = bench_config(concurrency, n, calls, work, srv.url, pool, recycle, backend, network)
         t0 = time.time()
         result = await run_bench(cfg)
@@ -114,6 +151,9 @@ async def measure(concurrency: int, n: int, latency: float, calls: int, work: Pa
     return {"steady_per_min": steady, "ramp_s": ramp_end - min(r["started_at"] for r in recs),
             "started": pooled.get("started", len(recs)), "recycled": pooled.get("recycled", 0),
             "discarded": pooled.get("recycle_failures", 0),
+            # the pool keeps at most concurrency + min(concurrency, 8) sandboxes alive (--pool-size's default)
+            "mib_per_sandbox": memory.peak_drop / (1 << 20) / min(pooled.get("started") or concurrency,
+                                                                   concurrency + min(concurrency, 8)),
             "concurrency": concurrency, "samples": len(recs), "correct": len(ok),
             "errors": sum(1 for r in recs if r.get("error")), "wall_s": wall,
             "per_min": len(recs) / wall * 60, "ideal_per_min": ideal,
@@ -134,14 +174,14 @@ async def main(a: argparse.Namespace) -> None:
           f"backend {a.backend}, --network {a.network}\n")
     print(f"{'concurrency':>11} {'samples':>8} {'errors':>7} {'wall s':>7} {'samples/min':>12} {'ideal/min':>10} "
           f"{'of ideal':>9} {'sample p50 s':>13} {'overhead/sample s':>18} {'containers':>11} {'recycled':>9} "
-          f"{'discarded':>10} {'ramp s':>7} {'steady/min':>11} {'steady of ideal':>16}")
+          f"{'discarded':>10} {'ramp s':>7} {'steady/min':>11} {'steady of ideal':>16} {'MiB/sandbox':>12}")
     for r in rows:
         print(f"{r['concurrency']:>11} {r['samples']:>8} {r['errors']:>7} {r['wall_s']:>7.1f} {r['per_min']:>12.1f} "
               f"{r['ideal_per_min']:>10.1f} {r['per_min'] / r['ideal_per_min']:>9.0%} {r['sample_wall_p50']:>13.1f} "
               f"{r['overhead_per_sample_s']:>18.2f} {r['started']:>11} {r['recycled']:>9} {r['discarded']:>10} "
               f"{r['ramp_s']:>7.1f} "
               + (f"{r['steady_per_min']:>11.1f} {r['steady_per_min'] / r['ideal_per_min']:>16.0%}"
-                 if r['steady_per_min'] else f"{'-':>11} {'-':>16}"))
+                 if r['steady_per_min'] else f"{'-':>11} {'-':>16}") + f" {r['mib_per_sandbox']:>12.0f}")
 
 
 if __name__ == "__main__":
