@@ -19,10 +19,15 @@ The table, in CPU seconds and in ms per tool call made:
   containers  the sandbox containers of this process, from their cgroups (cgroup v1 cpuacct.usage or
               v2 cpu.stat usage_usec): the in-container server, the shell, the commands; read before
               each container is removed
-  engine      dockerd, containerd, the containerd shims (with their runc children), docker-proxy: a
-              delta over the run, sampled every 0.5 s so that shims that exit are counted up to their
-              last sample. The engine is shared: other containers on this machine count too, so the
-              idle rate measured for 3 s before the run is shown and taken off ("engine - idle").
+  engine      dockerd, containerd, the containerd shims, runc (where a sample catches it), docker-proxy: a
+              delta over the run of each process's own CPU, sampled every 0.5 s so that shims that exit
+              are counted up to their last sample, by process name. The engine is shared: other
+              containers on this machine count too, so the idle rate measured for 3 s before the run is
+              shown and taken off ("engine - idle"). "(reaped by it)": the CPU of the children the
+              engine's processes waited for, shown and not added: the runc calls of the shims, but also
+              each container's first process once it exits, whose CPU is the containers' row again
+  --steady K  the same workload again with K times the samples; the last column is the difference, the
+              steady state's CPU per tool call without what a workload pays once (imports, first starts)
 """
 from __future__ import annotations
 
@@ -44,8 +49,8 @@ ENGINE = ("dockerd", "containerd", "containerd-shim", "docker-proxy", "runc")  #
 
 
 # ------------------------------------------------------------------ the engine's processes
-def _stat(pid: str) -> tuple[str, float] | None:
-    """(comm, utime + stime + cutime + cstime in seconds) of a process, None if it is gone."""
+def _stat(pid: str) -> tuple[str, float, float] | None:
+    """(comm, utime + stime, cutime + cstime) of a process in seconds, None if it is gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             raw = f.read()
@@ -53,7 +58,7 @@ def _stat(pid: str) -> tuple[str, float] | None:
         return None
     comm = raw[raw.index(b"(") + 1:raw.rindex(b")")].decode(errors="replace")
     fields = raw[raw.rindex(b")") + 2:].split()
-    return comm, sum(int(x) for x in fields[11:15]) / TICK
+    return comm, (int(fields[11]) + int(fields[12])) / TICK, (int(fields[13]) + int(fields[14])) / TICK
 
 
 class EngineWatch(threading.Thread):
@@ -62,6 +67,8 @@ class EngineWatch(threading.Thread):
     def __init__(self, every: float = 0.5):
         super().__init__(daemon=True)
         self.every, self.first, self.last, self.comm = every, {}, {}, {}
+        self.children_first: dict[str, float] = {}
+        self.children_last: dict[str, float] = {}
         self.stop_ = threading.Event()
         self.own_cpu = 0.0  # this thread's CPU, taken off this process's
         self.started_with: set[str] = set()
@@ -87,10 +94,17 @@ class EngineWatch(threading.Thread):
                 continue
             if pid not in self.first:  # a process that started after the first sample counts from 0
                 self.first[pid] = s[1] if pid in self.started_with else 0.0
-            self.last[pid] = s[1]
+                self.children_first[pid] = s[2] if pid in self.started_with else 0.0
+            self.last[pid], self.children_last[pid] = s[1], s[2]
 
     def total(self) -> float:
         return sum(self.by_process().values())
+
+    def reaped(self) -> float:
+        """CPU of the engine's processes' children that they waited for: the runc invocations of the
+        shims, but also each container's first process (with all it reaped) once it exits, which is
+        the containers' own CPU again. Shown, not added: the table would count the containers twice."""
+        return sum(v - self.children_first.get(p, 0.0) for p, v in self.children_last.items())
 
     def by_process(self) -> dict[str, float]:
         """CPU seconds by process name (all the shims together, ...)."""
@@ -294,8 +308,8 @@ async def measure(a, tokenizer) -> tuple[int, float, dict]:
     cpu = {"insandbox": ours, "model server": model_s, "containers": container_s,
            "  starting": containers.starting(), "  after": container_s - containers.starting(),
            "engine": engine_s, **{f"  {k}": v for k, v in sorted(engine.by_process().items())},
-           "engine - idle": max(0.0, engine_s - idle * wall)}
-    cpu["total"] = ours + (model_s or 0.0) + container_s + cpu["engine - idle"]
+           "engine - idle": max(0.0, engine_s - idle * wall), "(reaped by it)": engine.reaped()}
+    cpu["total"] = ours + (model_s or 0.0) + container_s + cpu["engine - idle"]  # "(reaped by it)" left out
     if a.what == "calls":  # the starts were before the clocks
         cpu["total"] -= containers.starting()
     print(f"\n{a.what}: {a.samples} samples, concurrency {a.concurrency}, {a.calls} calls each, model latency "

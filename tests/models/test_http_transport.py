@@ -78,3 +78,27 @@ def test_a_refused_connection_is_said_as_one_not_as_a_timeout():
             await client.close()
     with pytest.raises(Exception, match=r"^cannot reach the model server at http://127\.0\.0\.1:\d+/v1"):
         asyncio.run(go())
+
+
+def test_many_first_requests_at_once_make_one_sdk_client(nagle_server, monkeypatch):
+    """Regression: each of the first requests of many samples made its own SDK client on a worker
+    thread; all but the last were dropped unclosed, with their connections."""
+    import openai
+
+    made = []
+    init = openai.AsyncOpenAI.__init__
+
+    def counting(self, *args, **kwargs):
+        made.append(self)
+        init(self, *args, **kwargs)
+    monkeypatch.setattr(openai.AsyncOpenAI, "__init__", counting)
+    url, ports = nagle_server
+    client = OpenAIChatClient("m", base_url=url + "/v1")
+
+    async def many():
+        try:
+            return await asyncio.gather(*(client.complete([{"role": "user", "content": str(i)}]) for i in range(24)))
+        finally:
+            await client.close()
+    assert [r.content for r in asyncio.run(many())] == ["hi"] * 24
+    assert len(made) == 1 and len(ports) == 24

@@ -28,6 +28,7 @@ import json
 import math
 import random
 import re
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -371,6 +372,9 @@ def _encodable(value):
         return value if all(out[k] is value[k] for k in value) else out
     return value
 
+_MAKING_SDK = threading.Lock()
+
+
 class SDKClient:
     """What the HTTP clients share around their SDK: the SDK client made on first use (its import
     runs on a thread, so an event loop busy starting a sandbox is not blocked, and before the
@@ -398,7 +402,8 @@ class SDKClient:
         the HTTP library's async backend, the tracing propagators), so none of it is timed as the model's."""
         import importlib
 
-        self._sdk()
+        with _MAKING_SDK:  # the first requests of many samples at once: one client, not one each (leaked)
+            self._sdk()
         self._resource()
         for name in LAZY_MODULES:
             try:
