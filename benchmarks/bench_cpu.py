@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import os
 import resource
 import tempfile
@@ -201,6 +202,24 @@ class Containers:
         return sum(self.at_start.get(cid, 0.0) for cid in self.cpu)
 
 
+class GCTime:
+    """Seconds this process spent in Python's cyclic garbage collector (gc.callbacks), by generation."""
+
+    def __init__(self):
+        self.by_gen, self._t0 = [0.0, 0.0, 0.0], 0.0
+        gc.callbacks.append(self._on)
+
+    def _on(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._t0 = time.thread_time()
+        else:
+            self.by_gen[info["generation"]] += time.thread_time() - self._t0
+
+    def close(self) -> list[float]:
+        gc.callbacks.remove(self._on)
+        return self.by_gen
+
+
 def own_cpu() -> tuple[float, float]:
     s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     return s.ru_utime + s.ru_stime, c.ru_utime + c.ru_stime
@@ -286,6 +305,7 @@ async def measure(a, tokenizer) -> tuple[int, float, dict]:
         containers, engine = Containers(), EngineWatch()
         ran_before = [container_cpu(sb.container_id) or 0.0 for sb in sandboxes]
         engine.begin()
+        gc_time = GCTime()
         self0, children0 = own_cpu()
         t0 = time.perf_counter()
         if a.what == "calls":
@@ -298,6 +318,7 @@ async def measure(a, tokenizer) -> tuple[int, float, dict]:
             calls, srv = await rl(a, Path(tmp), tokenizer)
         wall = time.perf_counter() - t0
         self1, children1 = own_cpu()
+        gc_s = gc_time.close()
         engine_s = engine.end()
         if sandboxes:  # their CPU before the calls is taken off as "starting"
             containers.at_start = {sb.container_id: before for sb, before in zip(sandboxes, ran_before)}
@@ -305,7 +326,7 @@ async def measure(a, tokenizer) -> tuple[int, float, dict]:
         container_s = containers.end()
     model_s = srv.cpu_s if srv is not None else None
     ours = (self1 - self0 - engine.own_cpu) + (children1 - children0 - (model_s or 0.0))
-    cpu = {"insandbox": ours, "model server": model_s, "containers": container_s,
+    cpu = {"insandbox": ours, "  of it GC": sum(gc_s), "model server": model_s, "containers": container_s,
            "  starting": containers.starting(), "  after": container_s - containers.starting(),
            "engine": engine_s, **{f"  {k}": v for k, v in sorted(engine.by_process().items())},
            "engine - idle": max(0.0, engine_s - idle * wall), "(reaped by it)": engine.reaped()}
