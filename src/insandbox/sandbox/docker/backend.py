@@ -37,7 +37,7 @@ from ..guest import protocol
 from ..guest.protocol import BOOTSTRAP
 from ..servercommands import ServerCommands
 from . import engine, etc_files, limits, netfilter, runtimes
-from .channel import Channel
+from .channel import Channel, listen
 from .files import DockerFiles
 from .host import EngineHost
 from .image import ImageNotFound
@@ -52,6 +52,7 @@ LIVE: dict[str, str] = {}  # container id -> name, of sandboxes this process has
 UNREMOVED: dict[str, str] = {}  # container id -> name, of those whose removal failed (the engine was away)
 
 
+CHANNEL_ENV = "INSANDBOX_CHANNEL"  # "attach": requests over the engine's attach stream, not the direct socket
 UNISOLATED_ENV = "INSANDBOX_UNISOLATED_ENGINE"  # "1": run on an engine where sandboxes cannot be kept apart
 
 
@@ -83,6 +84,7 @@ class DockerSandbox(DockerFiles, ServerCommands):
         self.container_id: Optional[str] = None
         self.name = f"insandbox-{spec.run_id or 'x'}-{uuid.uuid4().hex[:6]}"
         self.channel: Optional[Channel] = None
+        self._listener = None  # the direct channel's socket, from creating the container to starting it
         self.server_info: dict = {}
         self.timings: dict[str, float] = {}
         self.disk_limit: Optional[str] = None  # as enforced (None: none)
@@ -266,12 +268,16 @@ class DockerSandbox(DockerFiles, ServerCommands):
         try:
             self.disk_limit = size or await self._own_filesystem(api)
             self.channel = await Channel.attach(engine.docker_host(), api.api_version, self.container_id, self.name)
+            prefix = ""
+            if self._listener is not None:
+                listener, self._listener = self._listener, None
+                prefix = self.channel.offer_socket(listener, self._server_pid)
             await engine.call(api.start, self.container_id)
             t2 = time.perf_counter()
-            if self.spec.recyclable or lim.network in ("bridge", REGISTRIES):  # what they need to know
+            if self.spec.recyclable or lim.network in ("bridge", REGISTRIES) or prefix:  # what they need to know
                 self._inspect = await engine.call(api.inspect_container, self.container_id)
             await self._keep_apart()
-            self.server_info = await self.channel.handshake(server_source())
+            self.server_info = await self.channel.handshake(prefix + server_source())
         except docker.errors.APIError as e:
             await self.close()
             raise SandboxError(f"could not start the sandbox container: {e.explanation or e}") from e
@@ -282,6 +288,17 @@ class DockerSandbox(DockerFiles, ServerCommands):
         self.uses = 1
         if self.spec.recyclable:
             await self._keep_for_recycling()
+
+    def _direct_channel_possible(self) -> bool:
+        """Requests past the engine (channel.py's direct channel): where the engine runs here (its sandboxes'
+        files are ours: etc_files.py) with runc, not gVisor (whose sandboxes reach no host socket), nor Podman;
+        INSANDBOX_CHANNEL=attach keeps the attach stream."""
+        return os.environ.get(CHANNEL_ENV, "direct") != "attach" and not self.gvisor
+
+    async def _server_pid(self) -> int:
+        """The host pid of the container's first process: the only one its channel socket accepts."""
+        info = self._inspect or await engine.call(engine.api().inspect_container, self.container_id)
+        return int((info.get("State") or {}).get("Pid") or -1)
 
     async def _keep_apart(self) -> None:
         """Before the sandbox runs anything: its packet filter on a shared network (netfilter.py), and
@@ -396,9 +413,13 @@ class DockerSandbox(DockerFiles, ServerCommands):
         binds = None
         if not net.startswith("container:") and engine.is_local():  # that mode shares the other's files
             files = etc_files.contents(net, net in (*BUILTIN_NETWORKS, REGISTRIES), self._proxy)
-            if await engine.call(engine.is_podman):
+            podman = await engine.call(engine.is_podman)
+            if podman:
                 files.update(etc_files.podman_files())
             binds = await asyncio.to_thread(etc_files.create, self.name, files, labels[LABEL_OWNER])
+            if not podman and self._direct_channel_possible():
+                self._listener, bind = listen(etc_files.root() / self.name)
+                binds.update(bind)
         host_config = api.create_host_config(**limits.host_config_kwargs(self.spec.limits, size, self._network_mode,
                                                                           self._runtime, self.gvisor),
                                              binds=binds)
@@ -453,6 +474,9 @@ class DockerSandbox(DockerFiles, ServerCommands):
             raise
 
     async def _remove(self) -> None:
+        if self._listener is not None:  # created, never started
+            self._listener.close()
+            self._listener = None
         if self.channel is not None:
             await self.channel.close()
         if self.container_id:

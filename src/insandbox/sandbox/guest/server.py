@@ -29,6 +29,7 @@ import platform
 import select
 import shutil
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -730,6 +731,7 @@ class Shell(object):
 class Server(object):
     def __init__(self):
         self.shell = None
+        self.channel = None  # the host's unix socket, when requests come that way (connect_channel)
         self.guard = None  # made by serve(), before the first sample
         self.count = 0
         self.out = sys.stdout.buffer if hasattr(sys.stdout, "buffer") else sys.stdout
@@ -1084,6 +1086,23 @@ class Server(object):
         self.out.write(json.dumps(obj).encode() + b"\n")
         self.out.flush()
 
+    def connect_channel(self):
+        """The host's unix socket (CHANNEL_SOCKET, set by the host in front of this source), when it gave
+        one: requests and replies then bypass the engine's attach stream. Returns the fd to read requests
+        from: the socket's, or stdin's where there is none or it cannot be reached (replies stay on stdout)."""
+        path = globals().get("CHANNEL_SOCKET")
+        if not path:
+            return 0
+        try:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # not inherited by what we start
+            sock.connect(path)
+        except (IOError, OSError) as e:
+            sys.stderr.write("insandbox: no channel socket (%s): replies on stdout\n" % (e,))
+            return 0
+        self.channel = sock
+        self.out = SocketOut(sock)
+        return sock.fileno()
+
     def serve(self):
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         # Everything is imported by now: later imports would load files a sample can write (and with
@@ -1093,7 +1112,7 @@ class Server(object):
         self.guard = Guard()
         self.start_shell(os.getcwd())
         requests = queue.Queue()
-        reader = threading.Thread(target=watch_host, args=(requests,))
+        reader = threading.Thread(target=watch_host, args=(requests, self.connect_channel()))
         reader.daemon = True
         reader.start()
         self.send({"ready": True, "pid": os.getpid(), "python": sys.version.split()[0], "guard": self.guard.info()})
@@ -1125,13 +1144,26 @@ def fix_root_mode():
         pass
 
 
-def watch_host(requests):
-    """Read requests from the host for the main thread; at EOF the host is gone (killed,
-    crashed, or done without closing): end everything now, whatever is running."""
+class SocketOut(object):
+    """Replies written whole to the channel socket (a send may take part of a big reply)."""
+
+    def __init__(self, sock):
+        self.sock = sock
+
+    def write(self, data):
+        self.sock.sendall(data)
+
+    def flush(self):
+        pass
+
+
+def watch_host(requests, fd=0):
+    """Read requests from the host (stdin, or the channel socket) for the main thread; at EOF the
+    host is gone (killed, crashed, or done without closing): end everything now, whatever is running."""
     buf = b""
     while True:
         try:
-            data = os.read(0, 1 << 20)
+            data = os.read(fd, 1 << 20)
         except OSError:
             data = b""
         if not data:
