@@ -15,8 +15,9 @@ SOCKET_IN_SANDBOX, named to the server in front of its source; the server connec
 thing, before anything of a sample runs, and requests and replies go over it from then on. The
 socket takes one connection: it is accepted only from the container's own first process (the
 kernel's SO_PEERCRED pid against the engine's State.Pid; anything else fails the start), then the
-listener is closed and its file removed, so nothing in the sandbox (or on the host) can connect
-later: a connect there is refused. The attach stream stays open for the server's stderr and for
+listener is closed, so nothing in the sandbox (or on the host) can connect later: a connect there
+is refused, and nobody but the host's root can bind the path again (a private folder on the host,
+a read-only mount in the sandbox). The attach stream stays open for the server's stderr and for
 its end. A server that cannot reach the socket answers on stdout, as before.
 """
 from __future__ import annotations
@@ -81,14 +82,10 @@ class Channel(ServerChannel):
         listener = self.listener
         try:
             conn, _ = await asyncio.wait_for(asyncio.get_running_loop().sock_accept(listener), ACCEPT_TIMEOUT_S)
-        finally:  # one connection, ever: nothing can connect after this
-            path = listener.getsockname()
+        finally:  # one connection, ever: a connect after this is refused. The file stays: the engine's
+            # archive API mounts every bind of the container again, and a missing source fails it
             listener.close()
             self.listener = None
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
         try:
             expected = await self.server_pid()
             if peer_pid(conn) != expected:
