@@ -36,6 +36,7 @@ from ..channel import STREAM_LIMIT, ServerChannel
 
 SOCKET_IN_SANDBOX = "/run/insandbox-channel.sock"
 ACCEPT_TIMEOUT_S = 60.0  # as the handshake's
+ATTACH_END_WAIT_S = 5.0  # after the socket ended: until the engine has seen the container stop
 
 
 def listen(folder: Path) -> tuple[socket.socket, dict]:
@@ -166,6 +167,10 @@ class Channel(ServerChannel):
             replies = asyncio.ensure_future(self._read_socket(reader))
             try:
                 await asyncio.wait([attach, replies], return_when=asyncio.FIRST_COMPLETED)
+                if replies.done() and not attach.done():
+                    # the socket ends as the server's process dies, before the engine has seen the container
+                    # stop; the attach stream ends after it has: then the engine can say why (OOM, ...)
+                    await asyncio.wait([attach], timeout=ATTACH_END_WAIT_S)
                 for task in (replies, attach):
                     if task.done():
                         return task.result()
