@@ -175,10 +175,7 @@ class Trajectory(BaseModel):
 
     def save(self, path: Path) -> None:
         """Write atomically, so a reader (or a killed run) never sees half a file."""
-        path = Path(path)
-        tmp = path.with_name(path.name + ".tmp")
-        hostfiles.write_text(tmp, self.to_json())  # never through a link someone left there
-        os.replace(tmp, path)
+        write_json(Path(path), self.to_json())
 
     @classmethod
     def load(cls, path: Path) -> Trajectory:
@@ -194,3 +191,10 @@ class Trajectory(BaseModel):
             raise ValueError(f"{path}: schema_version {data['schema_version']} is newer than this insandbox "
                              f"({SCHEMA_VERSION}); upgrade insandbox")
         return cls.model_validate(data)
+
+
+def write_json(path: Path, text: str) -> None:
+    """A trajectory's JSON (Trajectory.to_json) to `path`, atomically: beside it, then renamed over."""
+    tmp = path.with_name(path.name + ".tmp")
+    hostfiles.write_text(tmp, text)  # never through a link someone left there
+    os.replace(tmp, path)
