@@ -24,6 +24,7 @@ import importlib
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
+from urllib.parse import urlsplit
 
 from ..core.units import is_loopback
 
@@ -102,6 +103,10 @@ def sdk_http_client(sdk: ModuleType, base_url: str, timeout: float) -> Any:
     answers in one piece."""
     import aiohttp
 
+    if urlsplit(base_url).username is not None:
+        # credentials in the URL: httpx sends them as basic auth beside the SDK's Authorization header,
+        # aiohttp refuses the pair; such a server keeps httpx's transport
+        return sdk_stream_client(sdk, base_url, timeout)
     httpx = _httpx_of(sdk)
     adapter = importlib.import_module("httpx_aiohttp.httpx2" if httpx.__name__ == "httpx2" else "httpx_aiohttp")
     client_cls = getattr(adapter, "Httpx2AiohttpClient", None) or adapter.HttpxAiohttpClient
@@ -116,7 +121,8 @@ def sdk_http_client(sdk: ModuleType, base_url: str, timeout: float) -> Any:
 
 
 def sdk_stream_client(sdk: ModuleType, base_url: str, timeout: float) -> Any:
-    """The `http_client` for streamed answers: httpx's own transport (see the module's docstring)."""
+    """The `http_client` for streamed answers, and for servers with credentials in their URL: httpx's own
+    transport (see the module's docstring)."""
     httpx = _httpx_of(sdk)
     keep = 0 if is_loopback(base_url) else 100
     return httpx.AsyncClient(limits=httpx.Limits(max_connections=MAX_CONNECTIONS, max_keepalive_connections=keep),
