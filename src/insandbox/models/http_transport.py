@@ -37,13 +37,18 @@ def _httpx_of(sdk: ModuleType) -> ModuleType:
     return importlib.import_module("httpx2" if hasattr(base, "httpx2") else "httpx")
 
 
+def _adapter(httpx_name: str) -> ModuleType:
+    """httpx-aiohttp's module for that httpx generation."""
+    return importlib.import_module("httpx_aiohttp.httpx2" if httpx_name == "httpx2" else "httpx_aiohttp")
+
+
 @functools.cache
 def _aiohttp_transport_class(httpx_name: str) -> type:
     """httpx-aiohttp's transport for `httpx_name`, its errors said as httpx would say them."""
     import aiohttp
 
     httpx = importlib.import_module(httpx_name)
-    adapter = importlib.import_module("httpx_aiohttp.httpx2" if httpx_name == "httpx2" else "httpx_aiohttp")
+    adapter = _adapter(httpx_name)
 
     def as_httpx(e: Exception, before_answer: bool) -> Exception:
         cause = e.__cause__ if isinstance(e.__cause__, aiohttp.ClientError) else e
@@ -108,7 +113,7 @@ def sdk_http_client(sdk: ModuleType, base_url: str, timeout: float) -> Any:
         # aiohttp refuses the pair; such a server keeps httpx's transport
         return sdk_stream_client(sdk, base_url, timeout)
     httpx = _httpx_of(sdk)
-    adapter = importlib.import_module("httpx_aiohttp.httpx2" if httpx.__name__ == "httpx2" else "httpx_aiohttp")
+    adapter = _adapter(httpx.__name__)
     client_cls = getattr(adapter, "Httpx2AiohttpClient", None) or adapter.HttpxAiohttpClient
     loopback = is_loopback(base_url)
 
