@@ -1,6 +1,7 @@
 """core/data_source.py: one string names the rows (file, save_to_disk folder, hub); errors in one line."""
 from __future__ import annotations
 
+import importlib
 import json
 
 import pytest
@@ -64,6 +65,13 @@ def test_missing_and_unusable_places_are_one_line(tmp_path):
 def test_an_unreachable_hub_name_is_one_line(monkeypatch):
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    # datasets and huggingface_hub read these when first imported (an earlier test may have): without
+    # the constants too, the hub is tried over the network and the test waits ~45 s for it to fail
+    for module in ("datasets.config", "huggingface_hub.constants"):
+        constants = importlib.import_module(module)
+        for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+            if hasattr(constants, name):
+                monkeypatch.setattr(constants, name, True)
     for text in ("hf:insandbox-tests/no-such-dataset:cfg:train", "hf:insandbox-tests/no-such-dataset"):
         with pytest.raises(DataError) as e:
             load_records(text)
