@@ -1,7 +1,7 @@
 """Benchmark throughput: samples per minute at several concurrencies, against the ideal.
 
     .venv/bin/python benchmarks/bench_throughput.py [--latency 1.0] [--calls 10] [--concurrency 8 32 64] [--waves 2]
-        [--no-pool | --no-recycle] [--backend docker|bwrap] [--network bridge|none|host]
+        [--no-pool | --no-recycle] [--backend docker|bwrap] [--network bridge|none|host] [--processes N]
 
 A scripted model (its own process, like any model server) answers every call after `latency`
 seconds; each sample makes `calls`
@@ -18,6 +18,8 @@ pool, which recycles them (sandbox/pool.py); --no-recycle keeps the pool but rem
 used sandbox, --no-pool gives every sample a sandbox of its own as before the pool.
 --backend bwrap runs the sandboxes without a Docker engine (sandbox/bwrap/): it cannot recycle, so its
 pool starts fresh sandboxes ahead and removes used ones.
+--processes N runs the samples in N worker processes (`insandbox bench --processes`), each with its share
+of the concurrency and a pool of its own (the containers/recycled columns are then the driver's: none).
 """
 from __future__ import annotations
 
@@ -36,7 +38,8 @@ import time
 import types
 from pathlib import Path
 
-from insandbox.bench.runner import BenchConfig, run_bench
+from insandbox.bench.runner import BenchConfig
+from insandbox.distributed.bench import run_bench
 from insandbox.config import RunConfig
 
 TASK_YAML = """name: throughput
@@ -129,11 +132,11 @@ class MemoryWatch(threading.Thread):
 
 
 async def measure(concurrency: int, n: int, latency: float, calls: int, work: Path, pool: bool = True,
-                  recycle: bool = True, backend: str = "docker", network: str = "bridge") -> dict:
+                  recycle: bool = True, backend: str = "docker", network: str = "bridge", processes: int = 1) -> dict:
     with model_server(script(calls), latency, work) as srv, MemoryWatch() as memory:
         cfg = bench_config(concurrency, n, calls, work, srv.url, pool, recycle, backend, network)
         t0 = time.time()
-        result = await run_bench(cfg)
+        result = await run_bench(cfg, processes=processes)
         wall = time.time() - t0
     recs = result.records
     ok = [r for r in recs if r.get("score") == 1.0]
@@ -166,12 +169,12 @@ async def main(a: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="insandbox-throughput-") as tmp:
         for c in a.concurrency:
             rows.append(await measure(c, c * a.waves, a.latency, a.calls, Path(tmp), not a.no_pool, not a.no_recycle,
-                                      a.backend, a.network))
+                                      a.backend, a.network, a.processes))
             r = rows[-1]
             print(f"  concurrency {c}: {r['samples']} samples in {r['wall_s']:.1f}s", flush=True)
     how = "no pool" if a.no_pool else "pool without recycling" if a.no_recycle else "pool with recycling"
     print(f"\nscripted model: {a.latency:g} s per call, {a.calls} calls per sample, {a.waves} waves; {how}; "
-          f"backend {a.backend}, --network {a.network}\n")
+          f"backend {a.backend}, --network {a.network}, --processes {a.processes}\n")
     print(f"{'concurrency':>11} {'samples':>8} {'errors':>7} {'wall s':>7} {'samples/min':>12} {'ideal/min':>10} "
           f"{'of ideal':>9} {'sample p50 s':>13} {'overhead/sample s':>18} {'containers':>11} {'recycled':>9} "
           f"{'discarded':>10} {'ramp s':>7} {'steady/min':>11} {'steady of ideal':>16} {'MiB/sandbox':>12}")
@@ -194,4 +197,5 @@ if __name__ == "__main__":
     ap.add_argument("--no-recycle", action="store_true", help="the pool removes used sandboxes instead")
     ap.add_argument("--backend", default="docker", help="sandbox backend: docker, or bwrap (no engine)")
     ap.add_argument("--network", default="bridge", help="the sandboxes' network mode")
+    ap.add_argument("--processes", type=int, default=1, help="insandbox bench --processes: worker processes")
     asyncio.run(main(ap.parse_args()))

@@ -55,6 +55,10 @@ def bench(
     ray: Annotated[Optional[str], typer.Option("--ray", help="Run the samples on a Ray cluster: auto (the one "
                                                              "started on this machine) or its ADDRESS "
                                                              "(host:port). Needs insandbox[ray].")] = None,
+    processes: Annotated[int, typer.Option(
+        "--processes", min=1, help="Run the samples in N worker processes on this machine, each with its own "
+                                   "share of --concurrency, its own pool and model client: past ~200 samples at "
+                                   "once one process's event loop is the limit, not the cores.")] = 1,
     *, shared: dict,  # the values of the options in RUN (options.py)
 ) -> None:
     """Benchmark a model on a task, in sandbox mode, plain mode or both."""
@@ -100,7 +104,8 @@ def bench(
         progress = _Quiet()
     try:
         result = finish(lambda: run_bench(cfg, progress, resume=resume,
-                                          concurrency=concurrency if resume else None, ray=ray),
+                                          concurrency=concurrency if resume else None, ray=ray,
+                                          processes=processes),
                         bad=(DataError, ValueError, FileNotFoundError), failed=(BenchAborted,))
     finally:
         if hasattr(progress, "close"):

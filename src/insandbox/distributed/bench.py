@@ -59,8 +59,12 @@ class BenchNode:
     """The worker on one node: runs samples of one benchmark run, many at once (an async actor), through
     a SampleRunner of its own whose folders go in a scratch folder on this node."""
 
-    def __init__(self, cfg: BenchConfig, task, prompts, max_steps: int, prices, judge_prompt: Optional[str]):
-        self.scratch = Path(tempfile.mkdtemp(prefix="insandbox-ray-"))
+    def __init__(self, cfg: BenchConfig, task, prompts, max_steps: int, prices, judge_prompt: Optional[str],
+                 scratch: Optional[Path] = None, prestart: bool = False):
+        # `scratch` and `prestart`: a worker process of processes.py, which is given its folder and its share
+        # of the samples in flight (so its pool starts that many sandboxes ahead)
+        self.scratch = Path(scratch) if scratch is not None else Path(tempfile.mkdtemp(prefix="insandbox-ray-"))
+        self.prestart = prestart
         if judge_prompt is not None:  # the driver's file, as text: written here for the scorer to read
             path = self.scratch / "judge_prompt.txt"
             path.write_text(judge_prompt, encoding="utf-8")
@@ -78,31 +82,34 @@ class BenchNode:
         # and starts sandboxes only when a sample asks (this node does not know how many will come)
         self.samples = await open_sample_runner(self.cfg, self.task, self.prompts, self.run_dir,
                                                 max_steps=self.max_steps, prices=self.prices,
-                                                sandbox=self.cfg.mode in ("sandbox", "both"), prestart=False)
+                                                sandbox=self.cfg.mode in ("sandbox", "both"),
+                                                prestart=self.prestart)
 
     async def run_sample(self, row: Row, repeat: int, mode: str, cut_off: bool) -> dict[str, Any]:
-        task = asyncio.current_task()
-        self._running.add(task)
-        try:
-            return await self._run_sample(row, repeat, mode, cut_off)
-        finally:
-            self._running.discard(task)
-
-    async def _run_sample(self, row: Row, repeat: int, mode: str, cut_off: bool) -> dict[str, Any]:
-        if self._ready is None:  # the first sample prepares the node; the others wait for it
-            self._ready = asyncio.ensure_future(self._prepare())
-        try:
-            await asyncio.shield(self._ready)
-        except Exception:
-            self._ready = None  # the next sample tries again (the error reaches the driver now)
-            raise
+        """The record, and the sample's folder packed (it is removed here)."""
         folder = self.run_dir / layout.sample_dir(row.id, mode, repeat)
         try:
-            record = await self.samples.run(row, repeat, mode, cut_off)
+            record = await self.run_sample_here(row, repeat, mode, cut_off)
             files = await asyncio.to_thread(pack, folder)
         finally:
             shutil.rmtree(folder, ignore_errors=True)
         return {"record": record, "files": files}
+
+    async def run_sample_here(self, row: Row, repeat: int, mode: str, cut_off: bool) -> SampleRecord:
+        """The record; the sample's folder stays in this node's run folder (`run_dir`)."""
+        task = asyncio.current_task()
+        self._running.add(task)
+        try:
+            if self._ready is None:  # the first sample prepares the node; the others wait for it
+                self._ready = asyncio.ensure_future(self._prepare())
+            try:
+                await asyncio.shield(self._ready)
+            except Exception:
+                self._ready = None  # the next sample tries again (the error reaches the driver now)
+                raise
+            return await self.samples.run(row, repeat, mode, cut_off)
+        finally:
+            self._running.discard(task)
 
     async def close(self) -> None:
         """The run is over (or stopped): samples still running here are cancelled (their sandboxes
@@ -167,13 +174,19 @@ class RayBenchExecutor:
 
 
 async def run_bench(cfg: BenchConfig, progress=None, resume: Optional[Path] = None, concurrency: Optional[int] = None,
-                    ray: Optional[str] = None):
+                    ray: Optional[str] = None, processes: int = 1):
     """bench.runner.run_bench, with `ray` (a cluster address, or "auto"): the samples run on the nodes of
-    that Ray cluster."""
+    that Ray cluster; with `processes` > 1: in that many worker processes on this machine."""
     from ..bench import runner
 
     executor = None
-    if ray:
+    if ray and processes > 1:
+        raise ConfigError("--processes and --ray: choose one (on a Ray cluster each node runs its own worker)")
+    if processes > 1:
+        from .processes import ProcessBenchExecutor
+
+        executor = ProcessBenchExecutor(processes, runner.resumed_config(cfg, resume, concurrency))
+    elif ray:
         # joins the cluster now: a wrong address stops before any folder exists
         executor = RayBenchExecutor(ray, runner.resumed_config(cfg, resume, concurrency))
     return await runner.run_bench(cfg, progress, resume=resume, concurrency=concurrency, executor=executor)

@@ -34,7 +34,7 @@ from typing import Any, Optional
 from ..core import defaults
 from ..tools.base import ToolCall
 from .base import ContextLengthError, ModelError, ModelReply, Usage, refuse_cut_calls
-from .http_transport import sdk_http_client, sdk_stream_client
+from .http_transport import sdk_http_client, sdk_post, sdk_stream_client
 from .openai_compat import CONTEXT_ERROR, STALL_TIMEOUT_S, DeltaHook
 from .retrying import (
     BACKOFF_S,
@@ -276,9 +276,10 @@ class AnthropicClient(SDKClient):
         return dict({k: body[k] for k in required}, extra_body={k: v for k, v in body.items() if k not in required})
 
     async def _post(self, body: dict) -> dict:
-        client = self._client
-        raw = await asyncio.wait_for(client.messages.with_raw_response.create(**self._sdk_args(body)), self.timeout)
-        return message_json(raw.http_response.content)
+        import anthropic
+
+        response = await asyncio.wait_for(sdk_post(self._client, anthropic, "/v1/messages", body), self.timeout)
+        return message_json(response.content)
 
     async def _stream(self, body: dict) -> tuple[dict, float]:
         """One streamed try: the events put together as one message, and when its first token came."""

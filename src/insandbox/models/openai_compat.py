@@ -37,7 +37,7 @@ from typing import Any, Optional
 from ..core import defaults
 from ..tools.base import ToolCall
 from .base import ContextLengthError, ModelError, ModelReply, Usage, refuse_cut_calls
-from .http_transport import sdk_http_client, sdk_stream_client
+from .http_transport import sdk_http_client, sdk_post, sdk_stream_client
 from .retrying import (
     BACKOFF_S,
     EXCERPT_CHARS,
@@ -210,9 +210,12 @@ class OpenAIChatClient(SDKClient):
 
     async def _post(self, client: Any, kwargs: dict, body: dict) -> dict:
         """One try: the completion's JSON, checked for shape. `timeout` bounds the whole try."""
-        raw = await asyncio.wait_for(
-            client.chat.completions.with_raw_response.create(**kwargs, messages=[], extra_body=body), self.timeout)
-        return completion_json(raw.http_response.content, raw.http_response.headers.get("content-type"))
+        import openai
+
+        # the body's own fields win over the parameters, as the SDK merges its extra_body
+        response = await asyncio.wait_for(sdk_post(client, openai, "/chat/completions", {**kwargs, **body}),
+                                          self.timeout)
+        return completion_json(response.content, response.headers.get("content-type"))
 
     async def _stream(self, client: Any, kwargs: dict, body: dict) -> tuple[dict, float]:
         """One streamed try: the chunks put together as one completion's JSON, and the moment
