@@ -14,6 +14,14 @@ TOOLS = [{"type": "function", "function": {"name": "submit", "description": "don
 MSGS = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
 
 
+async def _once(client: OpenAIChatClient, *args):
+    """One completion, the client closed after it (its connections with it)."""
+    try:
+        return await client.complete(*args)
+    finally:
+        await client.close()
+
+
 def test_structured_tool_calls_usage_and_reasoning(scripted, run_async):
     srv = scripted({"turns": [{"tool_calls": [{"name": "execute_bash", "arguments": {"command": "ls"}},
                                               {"name": "submit", "arguments": {}}],
@@ -21,7 +29,7 @@ def test_structured_tool_calls_usage_and_reasoning(scripted, run_async):
                                "usage": {"prompt_tokens": 123, "completion_tokens": 45}}]})
     client = OpenAIChatClient("m", base_url=srv.url, temperature=0.3, max_tokens=77,
                               extra_body={"chat_template_kwargs": {"enable_thinking": True}})
-    reply = run_async(client.complete(MSGS, TOOLS))
+    reply = run_async(_once(client, MSGS, TOOLS))
     assert [c.name for c in reply.tool_calls] == ["execute_bash", "submit"]
     assert json.loads(reply.tool_calls[0].arguments) == {"command": "ls"}
     assert reply.usage.prompt_tokens == 123 and reply.usage.completion_tokens == 45 and reply.usage.reported
@@ -47,6 +55,7 @@ def test_prompt_cache_counts_are_read_in_each_vendors_fields(scripted, run_async
     client = OpenAIChatClient("m", base_url=srv.url)
     # the server plays the turn of the number of assistant messages in the conversation
     got = [run_async(client.complete(MSGS + [{"role": "assistant", "content": "."}] * i)).usage for i in range(4)]
+    run_async(client.close())
     assert [(u.cached_tokens, u.cache_write_tokens) for u in got] == [(600, 200), (500, None), (300, None),
                                                                        (None, None)]
 
@@ -54,7 +63,7 @@ def test_prompt_cache_counts_are_read_in_each_vendors_fields(scripted, run_async
 def test_text_tool_calls_fallback_and_missing_usage(scripted, run_async):
     srv = scripted({"usage": False, "turns": [{"tool": "execute_bash", "args": {"command": "pwd"}, "as_text": True,
                                                "content": "Let me check."}]})
-    reply = run_async(OpenAIChatClient("m", base_url=srv.url).complete(MSGS, TOOLS))
+    reply = run_async(_once(OpenAIChatClient("m", base_url=srv.url), MSGS, TOOLS))
     assert reply.tool_calls_from_text and reply.tool_calls[0].name == "execute_bash"
     assert reply.content == "Let me check."  # what the console shows: the words, the call apart
     # the turn goes back exactly as the model wrote it (regression: it was rewritten into tool_calls,
@@ -66,24 +75,24 @@ def test_text_tool_calls_fallback_and_missing_usage(scripted, run_async):
 
 def test_retries_transient_errors(scripted, run_async):
     srv = scripted({"turns": [{"tool": "submit", "fail": {"status": 503, "times": 2}}]})
-    reply = run_async(OpenAIChatClient("m", base_url=srv.url, max_retries=3).complete(MSGS, TOOLS))
+    reply = run_async(_once(OpenAIChatClient("m", base_url=srv.url, max_retries=3), MSGS, TOOLS))
     assert reply.tool_calls[0].name == "submit"
     assert [r["status"] for r in srv.requests] == [503, 503, 200]
     srv = scripted({"turns": [{"tool": "submit", "fail": {"status": 429, "times": 1}}]})
-    reply = run_async(OpenAIChatClient("m", base_url=srv.url, max_retries=2).complete(MSGS, TOOLS))
+    reply = run_async(_once(OpenAIChatClient("m", base_url=srv.url, max_retries=2), MSGS, TOOLS))
     assert [r["status"] for r in srv.requests] == [429, 200]
 
 
 def test_gives_up_with_a_clear_error(scripted, run_async):
     srv = scripted({"turns": [{"tool": "submit", "fail": {"status": 500, "times": 99, "message": "boom"}}]})
     with pytest.raises(ModelError, match="500.*boom"):
-        run_async(OpenAIChatClient("m", base_url=srv.url, max_retries=1).complete(MSGS, TOOLS))
+        run_async(_once(OpenAIChatClient("m", base_url=srv.url, max_retries=1), MSGS, TOOLS))
     assert len(srv.requests) == 2
     with socket.socket() as s:  # a port with nobody listening
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     with pytest.raises(ModelError, match="cannot reach"):
-        run_async(OpenAIChatClient("m", base_url=f"http://127.0.0.1:{port}/v1", max_retries=0).complete(MSGS))
+        run_async(_once(OpenAIChatClient("m", base_url=f"http://127.0.0.1:{port}/v1", max_retries=0), MSGS))
 
 
 def test_context_overflow_shrinks_max_tokens_then_stops(scripted, run_async):
