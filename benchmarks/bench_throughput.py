@@ -39,8 +39,8 @@ import types
 from pathlib import Path
 
 from insandbox.bench.runner import BenchConfig
-from insandbox.distributed.bench import run_bench
 from insandbox.config import RunConfig
+from insandbox.distributed.bench import run_bench
 
 TASK_YAML = """name: throughput
 extends: _base
