@@ -20,8 +20,6 @@ from insandbox.sandbox.docker import LABEL, LABEL_OWNER, engine
 from tests.distributed.test_bench import Recorder, _answer, _bench, _lines
 from tests.helpers import cli
 
-pytestmark = pytest.mark.docker
-
 
 def _workers() -> list[psutil.Process]:
     found = []
@@ -52,6 +50,7 @@ class Watch(Recorder):
         super().on_sample(record)
 
 
+@pytest.mark.docker
 def test_samples_run_in_worker_processes_and_stream_back_into_the_run_folder(scripted, run_async, tmp_path):
     srv = scripted({"turns": _answer(steps=1, latency=0.2)})
     cfg = _bench(tmp_path, [f"s{i}" for i in range(6)], srv.url, concurrency=4)
@@ -70,12 +69,19 @@ def test_samples_run_in_worker_processes_and_stream_back_into_the_run_folder(scr
         assert json.loads((folder / "trajectory.json").read_text())["exit_reason"] == "submitted"
     assert result.summary["samples"] == 6 and result.summary["errors"] == 0
     assert any("2 worker processes, up to 2 samples each" in s for s in progress.status)
+    # the summary counts what the workers' pools did, as one pool: 6 samples had a sandbox each
+    session = json.loads((cfg.output_dir / "summary.json").read_text())["session"]
+    pool = session["sandbox_pool"]
+    assert session["processes"] == 2 and session["engine_outages"] == []
+    assert pool["warm_hits"] + pool["waited"] == 6 and pool["started"] >= 2
+    assert pool["started"] + pool["recycled"] >= 6 and pool["acquire_p50_s"] is not None
     # nothing left: the workers, their scratch folders, their sandboxes
     assert not (cfg.output_dir / ".workers").exists()
     assert not any(psutil.pid_exists(p) for p in progress.pids)
     assert _containers_of(progress.pids) == []
 
 
+@pytest.mark.docker
 def test_a_killed_worker_stops_the_run_and_resume_finishes_it(scripted, run_async, tmp_path):
     srv = scripted({"scripts": [{"match": "Probe quick.", "turns": _answer()},
                                 {"match": "Probe", "turns": _answer(steps=4, latency=0.5)}]})
@@ -108,6 +114,7 @@ def test_a_killed_worker_stops_the_run_and_resume_finishes_it(scripted, run_asyn
     assert all(x["score"] == 1.0 and x["error"] is None for x in lines), lines
 
 
+@pytest.mark.docker
 def test_ctrl_c_stops_the_workers_and_removes_their_sandboxes(scripted, tmp_path):
     srv = scripted({"turns": _answer(steps=20, latency=0.3)})
     cfg = _bench(tmp_path, [f"s{i}" for i in range(4)], srv.url, concurrency=4)
@@ -145,6 +152,7 @@ def test_processes_refuse_ray_the_embedded_model_and_less_than_one(tmp_path):
     assert not out.exists()  # nothing was created
 
 
+@pytest.mark.docker
 def test_a_run_folder_with_links_gets_nothing_written_through_them(scripted, run_async, tmp_path):
     srv = scripted({"turns": _answer()})
     cfg = _bench(tmp_path, ["a", "b"], srv.url, concurrency=2)
@@ -167,3 +175,41 @@ def test_a_run_folder_with_links_gets_nothing_written_through_them(scripted, run
     assert [p.name for p in host_workers.iterdir()] == ["keep.txt"]  # the workers' link was removed, not followed
     assert (host_workers / "keep.txt").read_text() == "mine"
     assert not (run_dir / ".workers").is_symlink()
+
+
+def test_what_crosses_between_the_processes(tmp_path):
+    from insandbox.distributed.processes import _fresh_folder, _move, portable
+
+    class Odd(Exception):
+        def __init__(self, a, b):  # pickles, but cannot be made again from its args
+            super().__init__(f"{a}{b}")
+
+    kept = portable(ValueError("plain"))
+    assert isinstance(kept, ValueError) and str(kept) == "plain"
+    said = portable(Odd(1, 2))
+    assert type(said) is RuntimeError and str(said) == "Odd: 12"
+    # the workers' folder: a link there is removed, never followed
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep").write_text("x")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / ".workers").symlink_to(outside, target_is_directory=True)
+    _fresh_folder(run / ".workers")
+    assert (run / ".workers").is_dir() and not (run / ".workers").is_symlink()
+    assert (outside / "keep").read_text() == "x"
+    # a sample's folder moves into place over an old one, and never through a link on the way
+    src = tmp_path / "w" / "r0"
+    src.mkdir(parents=True)
+    (src / "trajectory.json").write_text("new")
+    (run / "samples" / "sandbox" / "a" / "r0").mkdir(parents=True)
+    (run / "samples" / "sandbox" / "a" / "r0" / "trajectory.json").write_text("old")
+    _move(src, run, Path("samples/sandbox/a/r0"))
+    assert (run / "samples/sandbox/a/r0/trajectory.json").read_text() == "new" and not src.exists()
+    (run / "samples" / "sandbox" / "b").symlink_to(outside, target_is_directory=True)
+    src.mkdir()
+    with pytest.raises(OSError, match="symbolic link"):
+        _move(src, run, Path("samples/sandbox/b/r0"))
+    assert sorted(p.name for p in outside.iterdir()) == ["keep"]
+    _move(tmp_path / "never-written", run, Path("samples/sandbox/c/r0"))  # a sample that wrote nothing
+    assert not (run / "samples/sandbox/c").exists()

@@ -378,13 +378,17 @@ class BenchRun:
         summary["warnings"] = degraded.warnings(summary["tasks"], self.cfg.run.tool_format)
         session = self.samples.session if self.samples else None
         price, pool = (session.price, session.pool) if session else (None, None)
+        # an executor whose workers ran the sandboxes says what their pools and engines did
+        elsewhere = getattr(self.executor, "session_summary", lambda: {})() if self.executor is not None else {}
         summary.update(task=self.task.name, model=self.model, price=price.model_dump() if price else None,
                        modes=self.modes, repeats=self.repeats, samples=len(records),
                        errors=sum(1 for r in records if r.get("error")), updated_at=now_iso(),
                        session={"samples": session_samples, "wall_s": round(session_wall_s, 2),
                                 "samples_per_min": round(session_samples / session_wall_s * 60, 2)
                                 if session_wall_s > 0 else None,
-                                "engine_outages": self.samples.engine.outages if self.samples else [],
+                                **elsewhere,
+                                "engine_outages": (self.samples.engine.outages if self.samples else [])
+                                + elsewhere.get("engine_outages", []),
                                 **({"sandbox_pool": pool.stats.summary()} if pool else {})})
         write_atomic(self.run_dir / layout.SUMMARY, json.dumps(summary, indent=1))  # a full disk keeps the old one
         return summary

@@ -34,6 +34,7 @@ async def serve(reader: asyncio.StreamReader, out: Any) -> None:
         except BaseException as e:  # the driver raises it where a local sample would have
             reply("error", ident, portable(e))
 
+    closing = 0  # the id of the driver's "close", answered with this worker's figures once all is removed
     try:
         while True:
             try:
@@ -49,13 +50,18 @@ async def serve(reader: asyncio.StreamReader, out: Any) -> None:
                 running.add(task)
                 task.add_done_callback(running.discard)
             elif method == "close":
+                closing = ident
                 break
     finally:
+        session = node.samples.session if node is not None and node.samples is not None else None
         if node is not None:
             await node.close()  # cancels the samples still running, removes the sandboxes and the scratch
         for task in list(running):
             task.cancel()
         await asyncio.gather(*running, return_exceptions=True)
+        if closing:
+            reply("done", closing, {"sandbox_pool": session.pool.stats if session and session.pool else None,
+                                    "engine_outages": node.samples.engine.outages if session else []})
 
 
 async def main() -> None:
@@ -68,6 +74,8 @@ async def main() -> None:
     transport, _ = await loop.connect_write_pipe(asyncio.Protocol, frames)
     try:
         await serve(reader, transport)
+        while transport.get_write_buffer_size():  # the last answer on its way before the loop ends
+            await asyncio.sleep(0.01)
     finally:
         transport.close()
 

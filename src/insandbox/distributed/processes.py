@@ -23,6 +23,7 @@ import pickle
 import shutil
 import struct
 import sys
+from dataclasses import fields
 from pathlib import Path
 from typing import Any, Optional
 
@@ -34,6 +35,7 @@ from ..bench.sample import SampleRecord
 from ..config import ConfigError
 from ..core.hostfiles import no_link_on_the_way
 from ..runs import layout
+from ..sandbox.pool import PoolStats
 
 HEADER = struct.Struct("!Q")
 WORKERS_DIR = ".workers"  # the workers' scratch folders, inside the run folder (same disk: a rename moves)
@@ -71,6 +73,7 @@ class Worker:
         self.in_flight = 0
         self.pending: dict[int, asyncio.Future] = {}
         self.reader_task: Optional[asyncio.Task] = None
+        self.gone: Optional[str] = None  # why it can take no more requests
 
     async def read_replies(self) -> None:
         try:
@@ -82,13 +85,15 @@ class Worker:
         except (EOFError, OSError):
             pass
         code = await self.proc.wait()
+        self.gone = f"worker process {self.index} (pid {self.proc.pid}) ended with exit code {code}"
         for future in self.pending.values():
             if not future.done():
-                future.set_exception(WorkerDied(f"worker process {self.index} (pid {self.proc.pid}) ended "
-                                                f"with exit code {code} while it ran samples"))
+                future.set_exception(WorkerDied(f"{self.gone} while it ran samples"))
         self.pending.clear()
 
     async def call(self, ident: int, message: tuple) -> Any:
+        if self.gone is not None:
+            raise WorkerDied(self.gone)
         future = asyncio.get_running_loop().create_future()
         self.pending[ident] = future
         try:
@@ -116,6 +121,7 @@ class ProcessBenchExecutor:
         self.workers: list[Worker] = []
         self.scratch: Optional[Path] = None
         self._next_id = 0
+        self.closed_with: list[dict] = []  # each worker's pool figures and engine outages, as it closed
 
     async def start(self, bench: BenchRun) -> None:
         run = bench.cfg.run.with_environment()
@@ -176,13 +182,15 @@ class ProcessBenchExecutor:
 
         async def stop(worker: Worker) -> None:
             try:
-                worker.proc.stdin.write(frame(("close", 0, ())))
-                await worker.proc.stdin.drain()
+                self.closed_with.append(await asyncio.wait_for(self._call(worker, "close", ()), CLOSE_WAIT_S))
+            except (WorkerDied, asyncio.TimeoutError):
+                pass  # gone already, or stuck: killed below
+            try:
                 worker.proc.stdin.close()
             except (ConnectionError, OSError):
                 pass
             try:
-                await asyncio.wait_for(asyncio.shield(worker.proc.wait()), CLOSE_WAIT_S)
+                await asyncio.wait_for(asyncio.shield(worker.proc.wait()), 10)
             except asyncio.TimeoutError:
                 worker.proc.kill()
                 await worker.proc.wait()
@@ -192,6 +200,21 @@ class ProcessBenchExecutor:
         await asyncio.gather(*(stop(w) for w in workers), return_exceptions=True)
         if self.scratch is not None:
             shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+    def session_summary(self) -> dict:
+        """For summary.json's `session`: the workers' pools as one (counts added, timings pooled) and their
+        engine outages."""
+        pools = [c["sandbox_pool"] for c in self.closed_with if c.get("sandbox_pool") is not None]
+        out: dict[str, Any] = {"processes": self.processes,
+                               "engine_outages": [o for c in self.closed_with for o in c.get("engine_outages", [])]}
+        if pools:
+            merged = PoolStats()
+            for stats in pools:
+                for f in fields(PoolStats):
+                    setattr(merged, f.name, getattr(merged, f.name) + getattr(stats, f.name))
+            out["sandbox_pool"] = merged.summary()
+        return out
 
 
 def _fresh_folder(folder: Path) -> None:
