@@ -188,6 +188,9 @@ class SampleExecutor(Protocol):
 
     async def close(self) -> None: ...
 
+    def session_summary(self) -> dict:
+        """What summary.json's `session` adds from the executor's side (after `close`), e.g. its pools."""
+
 
 class BenchRun:
     """One benchmark run (or the rest of one, resumed): schedules its samples and records each."""
@@ -235,6 +238,17 @@ class BenchRun:
                                        "row_ids": [r.id for r in rows], "modes": self.modes, "repeats": self.repeats,
                                        "max_steps": self.max_steps, "created_at": now_iso()},
                                       indent=1, ensure_ascii=False))
+
+    def executor_args(self, **cfg_updates: Any) -> tuple:
+        """What an executor's node (or worker process) is given to run this run's samples: the settings with
+        this machine's environment (key, URL; not each node's), the model the server listed, the task,
+        prompts, step limit and price table, and a --judge-prompt file's text (the file is here)."""
+        run = self.cfg.run.with_environment()
+        if not run.model and self.model:
+            run = run.model_copy(update={"model": self.model})
+        cfg = self.cfg.model_copy(update={"run": run, **cfg_updates})
+        judge = self.cfg.judge_prompt.read_text(encoding="utf-8") if self.cfg.judge_prompt else None
+        return cfg, self.task, self.prompts, self.max_steps, self.prices, judge
 
     def unwritable(self, error: OSError) -> RunFolderUnwritable:
         """The run folder takes nothing more: the stop, with what is kept and how to go on."""
@@ -379,7 +393,7 @@ class BenchRun:
         session = self.samples.session if self.samples else None
         price, pool = (session.price, session.pool) if session else (None, None)
         # an executor whose workers ran the sandboxes says what their pools and engines did
-        elsewhere = getattr(self.executor, "session_summary", lambda: {})() if self.executor is not None else {}
+        elsewhere = self.executor.session_summary() if self.executor is not None else {}
         summary.update(task=self.task.name, model=self.model, price=price.model_dump() if price else None,
                        modes=self.modes, repeats=self.repeats, samples=len(records),
                        errors=sum(1 for r in records if r.get("error")), updated_at=now_iso(),

@@ -85,9 +85,13 @@ class BenchNode:
                                                 sandbox=self.cfg.mode in ("sandbox", "both"),
                                                 prestart=self.prestart)
 
+    def folder(self, row: Row, repeat: int, mode: str) -> Path:
+        """Where a sample's folder is written on this node."""
+        return self.run_dir / layout.sample_dir(row.id, mode, repeat)
+
     async def run_sample(self, row: Row, repeat: int, mode: str, cut_off: bool) -> dict[str, Any]:
         """The record, and the sample's folder packed (it is removed here)."""
-        folder = self.run_dir / layout.sample_dir(row.id, mode, repeat)
+        folder = self.folder(row, repeat, mode)
         try:
             record = await self.run_sample_here(row, repeat, mode, cut_off)
             files = await asyncio.to_thread(pack, folder)
@@ -134,13 +138,10 @@ class RayBenchExecutor:
         self._connected = connect(address)
 
     async def start(self, bench: BenchRun) -> None:
-        run = bench.cfg.run.with_environment()  # the driver's environment (key, URL), not each node's
-        if not run.model and bench.model:
-            run = run.model_copy(update={"model": bench.model})  # the one the driver's server listed
-        cfg = bench.cfg.model_copy(update={"run": run})
-        judge = bench.cfg.judge_prompt.read_text(encoding="utf-8") if bench.cfg.judge_prompt else None
-        self.pool = NodePool(BenchNode, (cfg, bench.task, bench.prompts, bench.max_steps, bench.prices, judge),
-                             max_concurrency=bench.cfg.concurrency + 1, on_status=bench.progress.on_status)
+        args = bench.executor_args()
+        run = args[0].run
+        self.pool = NodePool(BenchNode, args, max_concurrency=bench.cfg.concurrency + 1,
+                             on_status=bench.progress.on_status)
         if not self.pool.ready():
             raise ConfigError(f"--ray {self.address}: the cluster has no alive node")
         bench.progress.on_status(f"Ray: {len(self.pool.ready())} node(s): {self.pool.describe()}")
@@ -171,6 +172,9 @@ class RayBenchExecutor:
         if self._connected:
             disconnect()
             self._connected = False
+
+    def session_summary(self) -> dict:
+        return {}  # each record names its node; the nodes' pools are not added up
 
 
 async def run_bench(cfg: BenchConfig, progress=None, resume: Optional[Path] = None, concurrency: Optional[int] = None,

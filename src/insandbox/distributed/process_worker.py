@@ -26,9 +26,7 @@ async def serve(reader: asyncio.StreamReader, out: Any) -> None:
         try:
             record = await node.run_sample_here(*args)
             row, repeat, mode, _ = args
-            from ..runs import layout
-
-            reply("done", ident, (record, str(node.run_dir / layout.sample_dir(row.id, mode, repeat))))
+            reply("done", ident, (record, str(node.folder(row, repeat, mode))))
         except asyncio.CancelledError:
             raise
         except BaseException as e:  # the driver raises it where a local sample would have
@@ -53,15 +51,16 @@ async def serve(reader: asyncio.StreamReader, out: Any) -> None:
                 closing = ident
                 break
     finally:
-        session = node.samples.session if node is not None and node.samples is not None else None
+        samples = node.samples if node is not None else None
         if node is not None:
             await node.close()  # cancels the samples still running, removes the sandboxes and the scratch
         for task in list(running):
             task.cancel()
         await asyncio.gather(*running, return_exceptions=True)
         if closing:
-            reply("done", closing, {"sandbox_pool": session.pool.stats if session and session.pool else None,
-                                    "engine_outages": node.samples.engine.outages if session else []})
+            pool = samples.session.pool if samples is not None else None
+            reply("done", closing, {"sandbox_pool": pool.stats if pool is not None else None,
+                                    "engine_outages": samples.engine.outages if samples is not None else []})
 
 
 async def main() -> None:

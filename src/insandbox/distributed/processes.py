@@ -23,7 +23,6 @@ import pickle
 import shutil
 import struct
 import sys
-from dataclasses import fields
 from pathlib import Path
 from typing import Any, Optional
 
@@ -124,13 +123,9 @@ class ProcessBenchExecutor:
         self.closed_with: list[dict] = []  # each worker's pool figures and engine outages, as it closed
 
     async def start(self, bench: BenchRun) -> None:
-        run = bench.cfg.run.with_environment()
-        if not run.model and bench.model:
-            run = run.model_copy(update={"model": bench.model})  # the one the driver's server listed
         # each worker's share of the gate sizes its pool, which starts its sandboxes ahead of the samples
         share = -(-bench.cfg.concurrency // self.processes)
-        cfg = bench.cfg.model_copy(update={"run": run, "concurrency": share})
-        judge = bench.cfg.judge_prompt.read_text(encoding="utf-8") if bench.cfg.judge_prompt else None
+        args = bench.executor_args(concurrency=share)
         self.scratch = bench.run_dir / WORKERS_DIR
         try:
             _fresh_folder(self.scratch)
@@ -147,9 +142,7 @@ class ProcessBenchExecutor:
             worker = Worker(index, proc)
             worker.reader_task = asyncio.ensure_future(worker.read_replies())
             self.workers.append(worker)
-        await asyncio.gather(*(self._call(w, "open", (cfg, bench.task, bench.prompts, bench.max_steps, bench.prices,
-                                                      judge, self.scratch / str(w.index)))
-                               for w in self.workers))
+        await asyncio.gather(*(self._call(w, "open", (*args, self.scratch / str(w.index))) for w in self.workers))
         bench.progress.on_status(f"{self.processes} worker processes, up to {share} samples each")
 
     async def _call(self, worker: Worker, method: str, args: tuple) -> Any:
@@ -209,11 +202,7 @@ class ProcessBenchExecutor:
         out: dict[str, Any] = {"processes": self.processes,
                                "engine_outages": [o for c in self.closed_with for o in c.get("engine_outages", [])]}
         if pools:
-            merged = PoolStats()
-            for stats in pools:
-                for f in fields(PoolStats):
-                    setattr(merged, f.name, getattr(merged, f.name) + getattr(stats, f.name))
-            out["sandbox_pool"] = merged.summary()
+            out["sandbox_pool"] = PoolStats.combined(pools).summary()
         return out
 
 
@@ -233,10 +222,14 @@ def _move(source: Path, run_dir: Path, relative: Path) -> None:
     if not source.exists():  # a sample that wrote nothing
         return
     target = run_dir / relative
-    for _ in range(2):  # before making the folders above it (never in a link's target) and after
+
+    def refuse_links() -> None:
         if not no_link_on_the_way(run_dir, target):
             raise OSError(f"{target}: a symbolic link on the way: insandbox does not write through links")
-        target.parent.mkdir(parents=True, exist_ok=True)
+
+    refuse_links()  # before making the folders above it: never inside a link's target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    refuse_links()
     if target.exists():
         shutil.rmtree(target)
     os.replace(source, target)

@@ -24,7 +24,7 @@ import logging
 import statistics
 import time
 from collections import deque
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Optional
 
 from ..core import defaults
@@ -50,6 +50,15 @@ class PoolStats:
     removed: int = 0
     recycle_s: list[float] = field(default_factory=list)
     acquire_s: list[float] = field(default_factory=list)
+
+    @classmethod
+    def combined(cls, many: list[PoolStats]) -> PoolStats:
+        """Several pools' figures as one pool's: counts added, timings pooled."""
+        out = cls()
+        for stats in many:
+            for f in fields(cls):
+                setattr(out, f.name, getattr(out, f.name) + getattr(stats, f.name))
+        return out
 
     def summary(self) -> dict:
         def pct(xs: list[float], q: float) -> Optional[float]:
