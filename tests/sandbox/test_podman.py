@@ -312,7 +312,9 @@ def test_a_benchmark_and_rl_rollouts_on_podman(rootful, scripted, tmp_path):
     look = ("test -e /run/.containerenv && test ! -e /testbed/mark && echo podman > /testbed/answer.txt "
             "|| echo other > /testbed/answer.txt; touch /testbed/mark")
     srv = scripted({"turns": [{"tool": "execute_bash", "args": {"command": look}}, {"tool": "submit"}]})
-    cfg = BenchConfig(task=str(task), data=str(data), concurrency=2, output_dir=str(tmp_path / "bench"),
+    # two sandboxes alive at most: the last two samples must get recycled ones (with the default size of
+    # four, the pool could start one per sample ahead and recycle none)
+    cfg = BenchConfig(task=str(task), data=str(data), concurrency=2, pool_size=2, output_dir=str(tmp_path / "bench"),
                       run=RunConfig(model="m", base_url=srv.url, image=IMAGE, max_steps=4))
     result = asyncio.run(run_bench(cfg))
     assert [r["score"] for r in result.records] == [1.0] * 4, [r["error"] for r in result.records]
