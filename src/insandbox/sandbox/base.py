@@ -66,6 +66,10 @@ class CommandResult:
     streams_restored: bool = False  # the command closed or redirected the shell's stdout/stderr; undone
     duration_s: float = 0.0
     cwd: str = ""
+    # after a timeout: whether this machine saw, from outside the sandbox, every process of the command
+    # gone (False: the backend cannot see them), and how many still ran after it killed them itself
+    kill_checked: bool = False
+    survivors: int = 0
 
 
 @dataclass

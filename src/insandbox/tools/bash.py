@@ -38,7 +38,21 @@ class ExecuteBash:
                           total_chars=result.total_chars,
                           meta={"cut_chars": result.cut_chars, "duration_s": result.duration_s,
                                 "shell_restarted": result.shell_restarted,
-                                "streams_restored": result.streams_restored, "oom_kills": result.oom_kills})
+                                "streams_restored": result.streams_restored, "oom_kills": result.oom_kills,
+                                **({"kill_checked": result.kill_checked, "survivors": result.survivors}
+                                   if result.timed_out else {})})
+
+
+def timeout_note(r: CommandResult, timeout: float) -> str:
+    """What the model is told of a timed-out command: "killed" only where this machine saw it so."""
+    if r.survivors:
+        what = "a process" if r.survivors == 1 else f"{r.survivors} processes"
+        return (f"[timed out after {timeout:g} s: the command was stopped, but {what} it started could not be "
+                "killed and may still be running]")
+    if r.kill_checked:
+        return f"[timed out after {timeout:g} s: the command and every process it started were killed]"
+    return (f"[timed out after {timeout:g} s: the command was stopped and every process it started was sent a "
+            "kill signal]")
 
 
 def render(r: CommandResult, timeout: float) -> str:
@@ -56,7 +70,7 @@ def render(r: CommandResult, timeout: float) -> str:
         text += "\n"
     notes = []
     if r.timed_out:
-        notes.append(f"[timed out after {timeout:g} s: the command and every process it started were killed]")
+        notes.append(timeout_note(r, timeout))
     if r.shell_exited:
         notes.append(f"[the command ended the shell; a new shell was started in {r.cwd} with the exported "
                      "variables and functions restored]")
