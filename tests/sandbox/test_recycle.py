@@ -68,7 +68,7 @@ set +e
 echo new > /testbed/new.txt; mkdir -p /root/.cache/junk/deep && echo x > /root/.cache/junk/deep/f
 echo tmp > /tmp/x; echo 'intruder:x:1234:1234::/tmp:/bin/sh' >> /etc/passwd
 chmod 4777 /usr/bin/less; chown 1234:1234 /etc/debian_version; touch -d 2001-01-01 /etc/issue
-rm -f /usr/bin/file; rm -rf /usr/share/doc; mkdir /usr/share/doc && echo replaced > /usr/share/doc/only
+rm -f /usr/bin/file; rm -rf /usr/share/doc/apt; mkdir /usr/share/doc/apt && echo replaced > /usr/share/doc/apt/only
 rm -f /etc/os-release && ln -s /etc/passwd /etc/os-release; rmdir /mnt 2>/dev/null; touch /mnt
 ln -s / /testbed/escape; ln -s /etc /testbed/etc-link; ln /usr/bin/python3 /testbed/hardlink
 mkfifo /testbed/fifo; echo shm > /dev/shm/leak; ipcmk -M 4096 >/dev/null

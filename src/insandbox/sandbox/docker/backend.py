@@ -22,7 +22,7 @@ import uuid
 from pathlib import Path
 from typing import ClassVar, Optional
 
-from .. import admission
+from .. import admission, resetcheck
 from ..base import (
     Capabilities,
     Leftover,
@@ -35,6 +35,7 @@ from ..base import (
 from ..channel import server_source
 from ..guest import protocol
 from ..guest.protocol import BOOTSTRAP
+from ..hostview import ProcessView
 from ..servercommands import ServerCommands
 from . import engine, etc_files, limits, netfilter, runtimes
 from .channel import Channel, listen
@@ -101,6 +102,9 @@ class DockerSandbox(DockerFiles, ServerCommands):
         self._inspect: dict = {}  # the engine's inspect, right after the start
         self._proxy: Optional[tuple[str, str]] = None  # registries: the proxy's (address, name)
         self._slot: Optional[admission.Slot] = None  # this sandbox's room on the host
+        self._view: Optional[ProcessView] = None  # its processes as this machine sees them (hostview.py)
+        self._view_looked = False
+        self._reset_baseline: Optional[resetcheck.Baseline] = None  # what each reset is checked against
 
     # ------------------------------------------------------------------ the backend
     @classmethod
@@ -210,9 +214,15 @@ class DockerSandbox(DockerFiles, ServerCommands):
         tried again as a fresh container (admission.py); so is a gVisor sandbox that failed to boot."""
         admission.gate().use_host(EngineHost)  # what the gate checks of this engine's machine
         door = self.spec.admission or admission.gate()  # the session's, else the process's gate
+        tasks = 0  # the most tasks of this machine the sandbox may hold (under gVisor, its host tasks)
+        if engine.is_local() and self.spec.limits.pids:
+            gvisor = False
+            if self.spec.limits.runtime:
+                _, gvisor = await engine.call(runtimes.resolve, await engine.call(engine.api), self.spec.limits.runtime)
+            tasks = limits.host_pids(self.spec.limits, gvisor) or 0
         for tries_left in range(runtimes.BOOT_TRIES - 1, -1, -1):
             try:
-                await door.start(self.spec.limits.network, self._start_once, self._fresh_attempt)
+                await door.start(self.spec.limits.network, self._start_once, self._fresh_attempt, tasks=tasks)
                 return
             except SandboxError as e:
                 if not (self.gvisor and tries_left and runtimes.failed_to_boot(str(e))):
@@ -295,6 +305,15 @@ class DockerSandbox(DockerFiles, ServerCommands):
         INSANDBOX_CHANNEL=attach keeps the attach stream."""
         return os.environ.get(CHANNEL_ENV, "direct") != "attach" and not self.gvisor
 
+    async def _process_view(self) -> Optional[ProcessView]:
+        """The container's processes through its cgroup, read on this machine: where the engine runs here
+        with runc (gVisor's processes live in its own kernel, invisible from here), else None."""
+        if not self._view_looked and self.container_id and not self.gvisor and engine.is_local():
+            self._view_looked = True
+            pid = await self._server_pid()
+            self._view = await asyncio.to_thread(ProcessView.find, pid) if pid > 0 else None
+        return self._view
+
     async def _server_pid(self) -> int:
         """The host pid of the container's first process: the only one its channel socket accepts."""
         info = self._inspect or await engine.call(engine.api().inspect_container, self.container_id)
@@ -340,10 +359,15 @@ class DockerSandbox(DockerFiles, ServerCommands):
             self.not_recyclable = "; ".join(guard.get("gaps") or []) or "the server cannot protect itself"
         if self.not_recyclable:
             return
+        view = await self._process_view()
+        if view is None:
+            self.not_recyclable = "this machine cannot see the container's processes (its cgroup) to check a reset"
+            return
         try:
+            self._reset_baseline = await asyncio.to_thread(resetcheck.take, view)
             self._restorer = recycle.restorer_for(self._inspect)
             await asyncio.to_thread(self._restorer.note_baseline)
-        except OSError as e:
+        except (OSError, resetcheck.ResetRefused) as e:
             self._restorer = None  # not recyclable here: a pool closes it after its sample
             self.not_recyclable = str(e)
 
@@ -375,6 +399,11 @@ class DockerSandbox(DockerFiles, ServerCommands):
             self._restorer = None
             raise SandboxError("the last sample left what a reset cannot put back: "
                                + "; ".join(reply.get("problems") or ["the server did not say"]))
+        try:  # the server says it is clean: this machine looks for itself (resetcheck.py)
+            checked = await asyncio.to_thread(resetcheck.verify, self._view, self._reset_baseline)
+        except resetcheck.ResetRefused as e:
+            self._restorer = None
+            raise SandboxError(f"not reused: {e}") from None
         try:
             restored = await asyncio.to_thread(self._restore_files)
         except (OSError, RestoreError) as e:
@@ -384,7 +413,7 @@ class DockerSandbox(DockerFiles, ServerCommands):
         self.uses += 1
         self.last_recycle = {"use": self.uses, "seconds": round(time.perf_counter() - t0, 4),
                              "killed": reply.get("killed", 0), "cleared": reply.get("cleared", 0),
-                             **restored}
+                             "host_killed": checked.killed, "sockets_closed": checked.sockets_closed, **restored}
         return self.last_recycle
 
     def _restore_files(self) -> dict:
