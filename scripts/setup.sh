@@ -100,6 +100,17 @@ if ! docker info >/dev/null 2>&1; then
   docker info >/dev/null 2>&1 || { tail -20 /var/log/insandbox-dockerd.log; echo "dockerd did not start" >&2; exit 1; }
 fi
 
+# --- 2a. room for tasks ------------------------------------------------------------------
+# Each sandbox may hold up to its --pids-limit processes, and insandbox admits a sandbox only where all
+# of them at their limits still leave this machine tasks to spare (src/insandbox/sandbox/admission.py).
+# The kernel's default kernel.pid_max is 32,768 where systemd does not raise it (systemd sets 4,194,304,
+# the 64-bit maximum): 31 sandboxes at the default limit of 1,024. Raise it as systemd would.
+pid_max=$(cat /proc/sys/kernel/pid_max 2>/dev/null || echo 0)
+if [ "$pid_max" -lt 4194304 ] && [ -w /proc/sys/kernel/pid_max ]; then
+  log "raising kernel.pid_max from $pid_max to 4194304 (as systemd does)"
+  echo 4194304 > /proc/sys/kernel/pid_max || true
+fi
+
 # --- 2b. gVisor, when asked ---------------------------------------------------------------
 if [ "${INSANDBOX_GVISOR:-}" = 1 ]; then
   command -v runsc >/dev/null 2>&1 || { log "installing gVisor (runsc)"; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq runsc >/dev/null; }

@@ -6,8 +6,10 @@ is short of something a sandbox needs, so asking for more sandboxes than fit que
 failing:
 
 - memory: MemAvailable minus a reserve, against an estimate per sandbox;
-- tasks (pids and threads): the host's count against kernel.pid_max and kernel.threads-max,
-  and the pids cgroup limit of the engine where one is set;
+- tasks (pids and threads): the host's count against kernel.pid_max and kernel.threads-max, and
+  the pids cgroup limit of the engine where one is set; and the worst case, every live sandbox at
+  its process limit (under gVisor, the host tasks that limit allows: 12 per process), which must
+  fit too, so that sandboxes fork-bombing together never take the host's last pid;
 - open files: fs.file-nr against fs.file-max, this process's own descriptors against its
   RLIMIT_NOFILE (each sandbox holds an attach socket; the soft limit is raised to the hard one
   once), and the engine's (dockerd, containerd) against theirs;
@@ -46,7 +48,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Optional
 
-from .base import Progress
+from .base import Progress, SetupError
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +61,10 @@ RESOURCE_WORDS = ("too many open files", "cannot allocate memory", "out of memor
 RESOURCE_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOSPC, errno.EAGAIN, errno.ENOBUFS}
 if hasattr(errno, "EXFULL"):
     RESOURCE_ERRNOS.add(errno.EXFULL)
+
+
+class TasksRefused(SetupError):
+    """One sandbox's process limit alone is more than this machine's task limit leaves room for."""
 
 
 @dataclass
@@ -145,6 +151,12 @@ def meminfo() -> dict[str, int]:
     return out
 
 
+def task_limit() -> Optional[int]:
+    """The most tasks this machine holds: the lower of kernel.pid_max and kernel.threads-max."""
+    limits = [x for x in (_int(_read("/proc/sys/kernel/pid_max")), _int(_read("/proc/sys/kernel/threads-max"))) if x]
+    return min(limits) if limits else None
+
+
 def host_tasks() -> Optional[int]:
     """Threads on the host now (the denominator of /proc/loadavg's fourth field)."""
     parts = _read("/proc/loadavg").split()
@@ -214,6 +226,7 @@ class Slot:
     gate: Gate
     network: str
     bridge: Optional[str]
+    tasks: int = 0  # the most host tasks (processes and threads) the sandbox may hold: its pids limit
     starting: bool = True
     released: bool = False
     on_release: Optional[Callable[[], None]] = None  # the session's Admission takes its place back
@@ -238,6 +251,7 @@ class Gate:
         self.enabled = enabled if enabled is not None else \
             os.environ.get("INSANDBOX_ADMISSION", "on").strip().lower() not in ("off", "0", "no", "false")
         self.live = 0  # admitted and not released
+        self.committed_tasks = 0  # the most host tasks the live sandboxes may hold (their pids limits, added)
         self.starting = 0  # admitted, not running yet: not in the host's figures
         self._starting_by_bridge: dict[str, int] = {}
         self.refused_at: Optional[int] = None  # the engine refused a start with this many live: a cap until one closes
@@ -281,8 +295,9 @@ class Gate:
             self._host = make()
 
     # ------------------------------------------------------------------ what is short
-    def shortage(self, bridge: Optional[str] = None) -> Optional[tuple[str, str]]:
-        """(kind, the status line) of the first resource one more sandbox would not fit in, or None."""
+    def shortage(self, bridge: Optional[str] = None, tasks: int = 0) -> Optional[tuple[str, str]]:
+        """(kind, the status line) of the first resource one more sandbox would not fit in, or None.
+        `tasks`: the most host tasks it may hold (0: unknown or unlimited)."""
         t, host = self.thresholds, self.host
         n = self.starting + 1  # the newcomer and those admitted before it that do not show yet
         if t.max_sandboxes is not None and self.live >= t.max_sandboxes:
@@ -297,7 +312,7 @@ class Gate:
             if mem["MemAvailable"] - reserve < n * t.memory_per_sandbox:
                 return "memory", (f"waiting for memory: {human(mem['MemAvailable'])} available, {human(reserve)} "
                                   f"reserved, {self.starting} starting at {human(t.memory_per_sandbox)} each")
-        why = self._tasks_short(n)
+        why = self._tasks_short(n, tasks)
         if why:
             return "tasks", why
         why = self._files_short(n)
@@ -319,16 +334,26 @@ class Gate:
                                 f"{host.root_dir}, {human(t.disk_reserve)} reserved")
         return None
 
-    def _tasks_short(self, n: int) -> str:
+    def _tasks_short(self, n: int, most: int = 0) -> str:
         t, need = self.thresholds, n * self.thresholds.tasks_per_sandbox
         tasks = host_tasks()
-        limits = [x for x in (_int(_read("/proc/sys/kernel/pid_max")), _int(_read("/proc/sys/kernel/threads-max")))
-                  if x]
-        if tasks is not None and limits:
-            limit = min(limits)
+        limit = task_limit()
+        if tasks is not None and limit:
             reserve = t.tasks_reserve if t.tasks_reserve is not None else max(512, limit // 20)
             if tasks + need + reserve > limit:
                 return f"waiting for tasks: {tasks:,} threads on the host, limit {limit:,}, {reserve:,} reserved"
+            # the worst case: every live sandbox and this one at its limit (what they hold now is in
+            # `tasks` already, counted twice: a margin)
+            if most and tasks + self.committed_tasks + most + reserve > limit:
+                if self.committed_tasks == 0 and most + reserve + tasks > limit and self.live == 0:
+                    raise TasksRefused(
+                        f"a sandbox may hold {most:,} tasks (its process limit), more than this machine has room "
+                        f"for ({limit:,} in kernel.pid_max / threads-max, {tasks:,} in use, {reserve:,} reserved): "
+                        "lower --pids-limit or raise kernel.pid_max")
+                return (f"waiting for tasks: {self.live} live sandbox(es) may hold {self.committed_tasks:,} tasks at "
+                        f"their process limits, this one {most:,} more, the host's limit is {limit:,} "
+                        f"({reserve:,} reserved, {tasks:,} in use); a lower --pids-limit or a higher "
+                        "kernel.pid_max lets more run at once")
         for cg in self.host.cgroups:
             cap, cur = _read(f"{cg}/pids.max").strip(), _int(_read(f"{cg}/pids.current"))
             if cap.isdigit() and cur is not None and cur + need > int(cap):
@@ -356,18 +381,20 @@ class Gate:
         return ""
 
     # ------------------------------------------------------------------ admission
-    async def admit(self, network: str = "bridge", say: Optional[Progress] = None) -> Slot:
+    async def admit(self, network: str = "bridge", say: Optional[Progress] = None, tasks: int = 0) -> Slot:
         """Wait for this start's turn and for room on the host; the slot must be released. `say`: where
-        the reasons it waits go (default: the gate's reporters)."""
+        the reasons it waits go (default: the gate's reporters). `tasks`: the most host tasks the
+        sandbox may hold (its pids limit; 0 when it has none)."""
         bridge = None
         if self.enabled:
-            bridge = await self._wait_for_room(network, say)
+            bridge = await self._wait_for_room(network, say, tasks)
         self.live += 1
-        slot = Slot(self, network, bridge)
+        self.committed_tasks += tasks
+        slot = Slot(self, network, bridge, tasks)
         self._starting_on(slot, +1)
         return slot
 
-    async def _wait_for_room(self, network: str, say: Optional[Progress]) -> Optional[str]:
+    async def _wait_for_room(self, network: str, say: Optional[Progress], tasks: int = 0) -> Optional[str]:
         """Returns the bridge the sandbox will take a port of, if any."""
         loop = asyncio.get_running_loop()
         turn = loop.create_future()
@@ -379,7 +406,7 @@ class Gate:
             if self._queue[0] is not turn:
                 await turn  # the one before us was admitted (or gave up)
             while True:
-                short = self.shortage(bridge)
+                short = self.shortage(bridge, tasks)
                 if short is None:
                     break
                 kind, line = short
@@ -421,6 +448,7 @@ class Gate:
 
     def _release(self, slot: Slot) -> None:
         self.live -= 1
+        self.committed_tasks -= slot.tasks
         self.refused_at = None  # one closed: the next start may try
         self.poke()
 
@@ -431,12 +459,12 @@ class Gate:
 
     # ------------------------------------------------------------------ a start
     async def start(self, network: str, attempt: Callable[[Slot], Awaitable[None]],
-                    reset: Callable[[], None], say: Optional[Progress] = None) -> Slot:
+                    reset: Callable[[], None], say: Optional[Progress] = None, tasks: int = 0) -> Slot:
         """Admit, then `attempt` the start; one refused for a resource reason waits and is tried again
         (after `reset()`) for at most retry_for_s. The attempt cleans up after itself when it fails."""
         first_refusal: Optional[float] = None
         while True:
-            slot = await self.admit(network, say)
+            slot = await self.admit(network, say, tasks)
             try:
                 await attempt(slot)
                 slot.started()
@@ -492,11 +520,11 @@ class Admission:
         self.gate.say(text, self.on_status)
 
     async def start(self, network: str, attempt: Callable[[Slot], Awaitable[None]],
-                    reset: Callable[[], None]) -> Slot:
+                    reset: Callable[[], None], tasks: int = 0) -> Slot:
         """As Gate.start, after this session's own cap lets one more sandbox live."""
         await self._take_place()
         try:
-            slot = await self.gate.start(network, attempt, reset, self.on_status)
+            slot = await self.gate.start(network, attempt, reset, self.on_status, tasks)
         except BaseException:
             self._give_back()
             raise

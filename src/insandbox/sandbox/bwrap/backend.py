@@ -213,7 +213,8 @@ class BwrapSandbox(hostside.HostSideFiles, ServerCommands):
     async def start(self) -> None:
         # room on the host as for any sandbox; "none": no Docker bridge's ports are taken, whatever the mode
         door = self.spec.admission or admission.gate()  # the session's, else the process's gate
-        await door.start("none", self._start_once, self._fresh_attempt)
+        # its processes and threads are this machine's (RLIMIT_NPROC holds them at --pids-limit)
+        await door.start("none", self._start_once, self._fresh_attempt, tasks=self.spec.limits.pids or 0)
 
     def _fresh_attempt(self) -> None:
         self.name = f"insandbox-{self.spec.run_id or 'x'}-{uuid.uuid4().hex[:6]}"

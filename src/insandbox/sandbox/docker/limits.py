@@ -115,11 +115,16 @@ def unenforceable(limits: SandboxLimits) -> str:
 GVISOR_HOST_TASKS_PER_PROCESS = 12
 
 
+def host_pids(limits: SandboxLimits, gvisor: bool) -> Optional[int]:
+    """The pids limit the engine's cgroup gets: the host tasks the sandbox may hold at most."""
+    return limits.pids * GVISOR_HOST_TASKS_PER_PROCESS if limits.pids and gvisor else limits.pids
+
+
 def host_config_kwargs(limits: SandboxLimits, size: Optional[str], network_mode: str,
                        runtime: Optional[str] = None, gvisor: bool = False) -> dict:
     """Keyword arguments of the Docker SDK's create_host_config for these limits (network_mode:
     limits.network as the backend resolved it, e.g. the registries proxy's network)."""
-    pids = limits.pids * GVISOR_HOST_TASKS_PER_PROCESS if limits.pids and gvisor else limits.pids
+    pids = host_pids(limits, gvisor)
     kwargs = dict(
         mem_limit=limits.memory_bytes, memswap_limit=limits.memory_bytes,  # same value: no swap on top
         nano_cpus=int(limits.cpus * 1e9) if limits.cpus else None, pids_limit=pids,
