@@ -217,3 +217,49 @@ def test_host_figures_are_the_kernels(docker_image):
     bridge = asyncio.run(EngineHost().bridge_of("bridge"))
     assert bridge is not None and bridge.startswith(("docker", "br-"))
     assert asyncio.run(EngineHost().bridge_of("none")) is None
+
+
+def test_sandboxes_are_admitted_at_their_process_limits(fresh_gate, run_async):
+    """Every live sandbox counts at its --pids-limit (fork-bombing together they must still leave the
+    host pids): with room for two at 5,000 tasks, a third waits until one closes."""
+    room = admission.task_limit() - admission.host_tasks()
+    gate = fresh_gate(tasks_reserve=room - 12_500)  # 12,500 tasks left: two sandboxes of 5,000, not three
+
+    async def scenario() -> None:
+        first, second, third = (sandbox(fresh_gate, pids=5000) for _ in range(3))
+        await first.start()
+        await second.start()
+        assert gate.committed_tasks == 10_000
+        waiting = asyncio.ensure_future(third.start())
+        await until(lambda: any(line.startswith("waiting for tasks: 2 live sandbox(es) may hold 10,000 tasks")
+                                for line in fresh_gate.lines), "the third start says it waits for tasks")
+        assert not waiting.done() and third.container_id is None
+        await first.close()
+        await asyncio.wait_for(waiting, 120)
+        assert gate.committed_tasks == 10_000
+        for sb in (second, third):
+            await sb.close()
+        assert gate.committed_tasks == 0
+
+    run_async(scenario())
+
+
+def test_a_sandbox_bigger_than_the_host_is_refused_in_one_line(fresh_gate, run_async):
+    fresh_gate()
+    too_many = admission.task_limit() + 1
+
+    async def scenario() -> None:
+        sb = sandbox(fresh_gate, pids=too_many)
+        with pytest.raises(admission.TasksRefused, match="lower --pids-limit or raise kernel.pid_max"):
+            await sb.start()
+        assert sb.container_id is None
+
+    run_async(scenario())
+
+
+def test_under_gvisor_the_host_limit_is_twelve_tasks_a_process():
+    from insandbox.sandbox.docker import limits
+
+    assert limits.host_pids(SandboxLimits(pids=100), gvisor=True) == 1200
+    assert limits.host_pids(SandboxLimits(pids=100), gvisor=False) == 100
+    assert limits.host_pids(SandboxLimits(pids=None), gvisor=True) is None
