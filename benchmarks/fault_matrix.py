@@ -344,7 +344,28 @@ VIEWER = "tests/viewer/test_hostile.py::"
 ISOLATION = "tests/sandbox/test_isolation.py::"
 NETWORK = "tests/sandbox/test_network.py::"
 RUN_FOLDER = "tests/replay/test_run_folder_is_data.py::"
+HOST_VIEW = "tests/sandbox/test_hostview.py::"
+RESET_CHECK = "tests/sandbox/test_resetcheck.py::"
 TEST_ROWS: list[tuple[str, str, str]] = [  # (case, expected, pytest node id or file)
+    ("a leader that exits alone (state Z) while its thread rewrites the answer, then a reset",
+     "killed; the next sample grades its own answer", RESET_CHECK + "test_a_process_that_looks_dead_does_not_reach_"
+     "the_next_sample"),
+    ("a server that looks away at a reset (its kill does nothing)", "the host finds the processes in the cgroup and "
+     "kills them; one it cannot kill costs the container", RESET_CHECK + "test_the_host_kills_what_a_blind_server_"
+     "leaves"),
+    ("a server that says its settings are back when they are not", "the host compares /proc/1 with the start: not "
+     "reused", RESET_CHECK + "test_settings_a_blind_server_keeps_are_found_by_the_host"),
+    ("a timed-out command whose leader exits alone", "killed, seen gone from the host; the model is told 'killed' "
+     "only then", HOST_VIEW + "test_a_timed_out_command_is_checked_and_finished_from_the_host"),
+    ("a timed-out command, a server that does not kill", "the host kills what the command started; an earlier job "
+     "lives on", HOST_VIEW + "test_the_host_finishes_what_the_server_missed_after_a_timeout"),
+    ("restored copies of touched image files (--disk 500m)", "a container that would offer less disk than a fresh "
+     "one is not reused", RESET_CHECK + "test_restored_copies_never_shrink_the_next_samples_disk"),
+    ("covert channels: /dev times, PID 1's core dump filter, TIME_WAIT sockets", "the next sample sees what a fresh "
+     "sandbox shows", RESET_CHECK + "test_covert_channels_are_reset"),
+    ("sandboxes fork-bombing together against kernel.pid_max", "admitted only while all at their process limits "
+     "fit; one bigger than the host refused in one line", "tests/sandbox/test_admission.py::test_sandboxes_are_"
+     "admitted_at_their_process_limits"),
     ("PID 1: ptrace, /proc/1/mem, its pipes and environment", "denied to every process of the sandbox (the "
      "server is non-dumpable)", ISOLATION + "test_the_server_is_out_of_the_samples_reach"),
     ("pool isolation: PID 1's limits, affinity, priority, OOM score", "put back before the next sample, or the "
