@@ -88,7 +88,7 @@ def test_the_host_sees_the_sandboxes_processes_and_nothing_else(sandbox_factory,
         sb = await sandbox_factory()
         view = await sb._process_view()
         assert view is not None and view.init_pid == await sb._server_pid()
-        await sb.run("sleep 1000 & sleep 1001 &")
+        await sb.run("sleep 1000 & sleep 1001 & sleep 0.3")  # until both have become sleep
         pids = view.pids()
         assert os.getpid() not in pids and view.init_pid in pids
         names = sorted(open(f"/proc/{p}/comm").read().strip() for p in view.others())

@@ -42,6 +42,20 @@ def test_the_host_kills_what_a_blind_server_leaves(sandbox_factory, run_async, m
     run_async(go())
 
 
+def test_a_fork_bomb_a_blind_server_leaves_is_frozen_and_killed_from_the_host(sandbox_factory, run_async,
+                                                                              monkeypatch):
+    blind_server(monkeypatch, "end_other_processes")
+
+    async def go():
+        sb = await sandbox_factory(recyclable=True, limits=SandboxLimits(pids=200))
+        await sb.run("(bomb() { bomb | bomb & }; bomb) >/dev/null 2>&1 & sleep 2")
+        done = await sb.recycle()
+        assert done["host_killed"] >= 50, done
+        assert (await sb.run("ps -e --no-headers | wc -l")).output.strip() == "4"  # server, shell, ps, wc
+
+    run_async(go())
+
+
 def test_a_process_the_host_cannot_kill_costs_the_container(sandbox_factory, run_async, monkeypatch):
     blind_server(monkeypatch, "end_other_processes")
 

@@ -259,7 +259,7 @@ def _which(tool: str) -> Optional[str]:
 
 def _cgroup_dirs(pid: int) -> list[Path]:
     """The cgroup folders of process `pid` that this machine shows (the v2 one first, then each v1
-    hierarchy's), never a hierarchy's root."""
+    hierarchy's: pids, freezer, memory, cpu, systemd's), never a hierarchy's root."""
     mounts: dict[str, Path] = {}  # "" for v2, else a v1 controller ("pids", "name=systemd")
     for line in (_read("/proc/self/mountinfo") or "").splitlines():
         parts = line.split()
@@ -284,8 +284,36 @@ def _cgroup_dirs(pid: int) -> list[Path]:
             for c in ("pids", "freezer", "memory", "cpu", "name=systemd"):
                 if c in controllers.split(",") and c in mounts:
                     out.append(mounts[c] / rel.lstrip("/"))
-                    break
     return [p for p in out if (p / "cgroup.procs").is_file()]
+
+
+class Freezer:
+    """Stops every process of a cgroup where they are (cgroup v2's cgroup.freeze, v1's freezer), so that a
+    kill from this machine is not raced by processes that keep forking."""
+
+    def __init__(self, control: Path, frozen: str, thawed: str):
+        self.control, self.frozen, self.thawed = control, frozen, thawed
+
+    @classmethod
+    def of(cls, folders: list[Path]) -> Optional[Freezer]:
+        for f in folders:
+            if (f / "cgroup.freeze").is_file():
+                return cls(f / "cgroup.freeze", "1", "0")
+            if (f / "freezer.state").is_file():
+                return cls(f / "freezer.state", "FROZEN", "THAWED")
+        return None
+
+    def set(self, state: str, wait_s: float = 1.0) -> None:
+        self.control.write_text(state)
+        deadline = time.monotonic() + wait_s
+        events = self.control.parent / "cgroup.events"
+        while time.monotonic() < deadline:  # freezing takes effect as each task reaches the refrigerator
+            if self.control.name == "freezer.state":
+                if self.control.read_text().strip() == state:
+                    return
+            elif f"frozen {state}" in (_read(str(events)) or f"frozen {state}"):
+                return
+            time.sleep(0.002)
 
 
 def _pid_namespace(pid: int) -> Optional[str]:
@@ -310,10 +338,11 @@ class ProcessView:
     from /proc, v2 or v1), used only while everything it lists is in the sandbox's pid namespace (so
     that a kill from here never reaches anything else)."""
 
-    def __init__(self, init_pid: int, procs_file: Path, pid_namespace: str):
+    def __init__(self, init_pid: int, procs_file: Path, pid_namespace: str, freezer: Optional[Freezer] = None):
         self.init_pid = init_pid
         self.procs_file = procs_file
         self.pid_namespace = pid_namespace
+        self.freezer = freezer
 
     @classmethod
     def find(cls, init_pid: int) -> Optional[ProcessView]:
@@ -322,10 +351,12 @@ class ProcessView:
         ns = _pid_namespace(init_pid)
         if ns is None or ns == _pid_namespace(os.getpid()):
             return None
-        for folder in _cgroup_dirs(init_pid):
+        folders = _cgroup_dirs(init_pid)
+        for folder in folders:
             view = cls(init_pid, folder / "cgroup.procs", ns)
             pids = view.pids()
             if pids is not None and init_pid in pids:
+                view.freezer = Freezer.of(folders)
                 return view
         return None
 
@@ -353,6 +384,24 @@ class ProcessView:
             return None
         return {p for p in pids - {self.init_pid} if (t := read_task(p)) is not None and t.running}
 
-    def kill_until_gone(self, pids: set[int], wait_s: float = 2.0) -> set[int]:
-        """SIGKILL `pids` from this machine until none runs or wait_s passed; returns those left."""
+    def kill_until_gone(self, pids: set[int], wait_s: float = 2.0, everything_else: bool = False) -> set[int]:
+        """SIGKILL `pids` from this machine until none runs or wait_s passed; returns those left.
+        everything_else: every process of the sandbox but its first is to go (a reset), including those
+        forked meanwhile: the cgroup is frozen while they are killed, so none can fork again."""
+        if everything_else and self.freezer is not None:
+            try:
+                self.freezer.set(self.freezer.frozen)
+                kill(self.others_listed())
+            except OSError:
+                pass
+            finally:
+                try:
+                    self.freezer.set(self.freezer.thawed)
+                except OSError:
+                    pass
+            pids = set(pids) | (self.others() or set())
         return wait_gone(self.pids, set(pids), wait_s)
+
+    def others_listed(self) -> set[int]:
+        """Every process the cgroup lists but the sandbox's first (frozen ones included)."""
+        return (self.pids() or set()) - {self.init_pid}

@@ -70,7 +70,7 @@ def verify(view: hostview.ProcessView, baseline: Baseline) -> Outcome:
     if others is None:
         raise ResetRefused("this machine can no longer tell the sandbox's processes apart")
     if others:
-        left = view.kill_until_gone(others)
+        left = view.kill_until_gone(others, everything_else=True)
         out.killed = len(others)
         if left:
             raise ResetRefused(f"{len(left)} process(es) of the last sample survived the reset and a kill from "
