@@ -334,47 +334,51 @@ def _pid_namespace(pid: int) -> Optional[str]:
 
 
 class ProcessView:
-    """One sandbox's processes as this machine sees them: the cgroup its first process is in (read
-    from /proc, v2 or v1), used only while everything it lists is in the sandbox's pid namespace (so
-    that a kill from here never reaches anything else)."""
+    """One sandbox's processes as this machine sees them: those in the pid namespace of its first
+    process (no process of a sandbox can leave it), found through the sandbox's cgroup where this
+    machine can read one, else by looking at every process of the machine. A kill from here reaches
+    nothing else."""
 
-    def __init__(self, init_pid: int, procs_file: Path, pid_namespace: str, freezer: Optional[Freezer] = None):
+    def __init__(self, init_pid: int, pid_namespace: str, procs_file: Optional[Path] = None,
+                 freezer: Optional[Freezer] = None):
         self.init_pid = init_pid
-        self.procs_file = procs_file
         self.pid_namespace = pid_namespace
+        self.procs_file = procs_file  # None: every process of the machine is looked at
         self.freezer = freezer
 
     @classmethod
-    def find(cls, init_pid: int) -> Optional[ProcessView]:
-        """The view of the sandbox whose first process is `init_pid` (this machine's number), or None
-        where this machine cannot see its processes apart from others'."""
+    def find(cls, init_pid: int, cgroup_only: bool = True) -> Optional[ProcessView]:
+        """The view of the sandbox whose first process is `init_pid` (this machine's number). None where
+        that process shares this one's pid namespace, or (cgroup_only) no cgroup of its own shows it."""
         ns = _pid_namespace(init_pid)
         if ns is None or ns == _pid_namespace(os.getpid()):
             return None
-        folders = _cgroup_dirs(init_pid)
+        own = set(_cgroup_dirs(os.getpid()))
+        folders = [f for f in _cgroup_dirs(init_pid) if f not in own]
         for folder in folders:
-            view = cls(init_pid, folder / "cgroup.procs", ns)
-            pids = view.pids()
-            if pids is not None and init_pid in pids:
-                view.freezer = Freezer.of(folders)
-                return view
-        return None
+            listed = read_pids(str(folder / "cgroup.procs"))
+            if listed is not None and init_pid in listed:
+                return cls(init_pid, ns, folder / "cgroup.procs", Freezer.of(folders))
+        return None if cgroup_only else cls(init_pid, ns)
 
     def pids(self) -> Optional[set[int]]:
-        """The sandbox's processes now (this machine's numbers), None where that cannot be told."""
-        listed = read_pids(str(self.procs_file))
+        """The sandbox's processes now (this machine's numbers), None where they cannot be read."""
+        if self.procs_file is not None:
+            listed = read_pids(str(self.procs_file))
+        else:
+            try:
+                listed = {int(d) for d in os.listdir("/proc") if d.isdigit()}
+            except OSError:
+                listed = None
         if listed is None:
             return None
         out = set()
         for pid in listed:
-            ns = _pid_namespace(pid)
-            if ns is None:
-                if read_task(pid) is None or not read_task(pid).running:
-                    continue  # gone, or dead and waiting to be collected
-                return None
-            if ns != self.pid_namespace:
-                return None  # the cgroup holds what is not the sandbox's: not ours to judge
-            out.add(pid)
+            if _pid_namespace(pid) == self.pid_namespace:
+                out.add(pid)
+            elif self.procs_file is not None and (t := read_task(pid)) is not None and t.running \
+                    and _pid_namespace(pid) is None:
+                return None  # in the sandbox's cgroup, alive, yet of no namespace this machine can read
         return out
 
     def others(self) -> Optional[set[int]]:
