@@ -7,10 +7,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import socket
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -19,24 +21,7 @@ import pytest
 from insandbox.sandbox import SandboxLimits
 from insandbox.sandbox.docker import proxy
 from tests.helpers import cli
-
-# connect to each "ip:port" given (all at once), say what happened, as JSON {target: "ok" | error}
-PROBE = r"""
-import json, sys
-from concurrent.futures import ThreadPoolExecutor
-from socket import create_connection
-
-def attempt(target):
-    ip, port = target.rsplit(":", 1)
-    try:
-        with create_connection((ip, int(port)), timeout=3) as s:
-            return "ok" if s.recv(5) == b"hello" else "connected, no greeting"
-    except OSError as e:
-        return repr(e)
-
-with ThreadPoolExecutor(len(sys.argv)) as pool:
-    print(json.dumps(dict(zip(sys.argv[1:], pool.map(attempt, sys.argv[1:])))))
-"""
+from tests.sandbox.network_peer import LISTENERS, PING, PROBE, SEND_UDP, TCP_PORT, UDP_ECHO, UDP_PORT
 
 
 @contextlib.contextmanager
@@ -69,9 +54,17 @@ def tcp_server(host: str):
 
 
 def gateway(network: str) -> str:
-    out = subprocess.run(["docker", "network", "inspect", network, "--format", "{{json .IPAM.Config}}"],
-                         capture_output=True, text=True, check=True).stdout
-    return json.loads(out)[0]["Gateway"]
+    """The network's gateway: as the engine says, or (the default bridge, whose IPAM names none when the
+    engine chose it) the address of its bridge on this machine."""
+    info = json.loads(subprocess.run(["docker", "network", "inspect", network], capture_output=True, text=True,
+                                     check=True).stdout)[0]
+    said = next((c["Gateway"] for c in info["IPAM"]["Config"] or () if c.get("Gateway")), None)
+    if said:
+        return said
+    bridge = (info.get("Options") or {}).get("com.docker.network.bridge.name") or f"br-{info['Id'][:12]}"
+    out = subprocess.run(["ip", "-4", "-o", "addr", "show", "dev", bridge], capture_output=True, text=True,
+                         check=True).stdout
+    return out.split()[3].split("/")[0]
 
 
 def host_addresses() -> list[str]:
@@ -273,27 +266,7 @@ def test_clean_keeps_a_proxy_that_is_or_was_just_in_use():
 
 
 # ---------------------------------------------------------------------- sandbox to sandbox
-LISTENERS = r"""
-import socket, threading
-def tcp():
-    s = socket.socket()
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind(("0.0.0.0", 9000))
-    s.listen(8)
-    while True:
-        c, _ = s.accept()
-        c.sendall(b"hello")
-        c.close()
-def udp():
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.bind(("0.0.0.0", 9001))
-    while True:
-        d, _ = s.recvfrom(100)
-        open("/tmp/udp", "ab").write(d)
-threading.Thread(target=udp, daemon=True).start()
-tcp()
-"""
-SEND_UDP = r"""
+SEND_UDP_AND_BROADCAST = r"""
 import socket, sys
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 s.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
@@ -342,7 +315,7 @@ def test_sandboxes_cannot_reach_each_other(sandbox_factory, run_async, mode):
                                   "{{end}}", a.name], capture_output=True, text=True).stdout.strip()
         await b.write_file("/tmp/probe.py", PROBE.encode())
         seen = json.loads((await b.exec(["python3", "/tmp/probe.py", f"{address}:9000"], timeout=60)).stdout)
-        await b.write_file("/tmp/udp.py", SEND_UDP.encode())
+        await b.write_file("/tmp/udp.py", SEND_UDP_AND_BROADCAST.encode())
         await b.write_file("/tmp/rdns.py", REVERSE_DNS.encode())
         await b.run(f"python3 /tmp/udp.py {address}; sleep 1")
         udp = (await a.run("cat /tmp/udp 2>/dev/null | wc -c")).output.strip()
@@ -375,3 +348,200 @@ def test_one_sandbox_cannot_starve_the_registries_proxy(sandbox_factory, run_asy
     held, answers = run_async(main())
     assert held and int(held[0]) <= 32 and int(held[1]) >= 600, held
     assert answers == ["403"] * 5, answers
+
+
+# ---------------------------------------------------------------------- into a sandbox
+@contextlib.contextmanager
+def udp_echo():
+    """A UDP socket on every address of this machine that answers each datagram; yields its port."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind(("0.0.0.0", 0))
+
+    def echo() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                data, peer = s.recvfrom(100)
+                s.sendto(b"echo:" + data, peer)
+
+    threading.Thread(target=echo, daemon=True).start()
+    try:
+        yield s.getsockname()[1]
+    finally:
+        s.close()
+
+
+def host_connects(address: str, port: int = TCP_PORT) -> str:
+    try:
+        with socket.create_connection((address, port), timeout=3) as s:
+            return "ok" if s.recv(5) == b"hello" else "connected, no greeting"
+    except OSError as e:
+        return repr(e)
+
+
+def pings(*addresses: str, netns: str = "") -> dict:
+    """ICMP echo requests from this machine (or from the network namespace named): {address: replied?}."""
+    argv = ["ip", "netns", "exec", netns] if netns else []
+    out = subprocess.run([*argv, sys.executable, "-c", PING, *addresses], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+@pytest.mark.parametrize("runtime", ["runc", "gvisor"])
+def test_nothing_opens_a_connection_into_a_bridge_sandbox(sandbox_factory, run_async, runtime):
+    """insandbox never connects into a sandbox (its channel is a unix socket or the engine's attach
+    stream), so nothing new gets in: not from this machine either, whose processes, slirp4netns's
+    connections and other engines' masqueraded sandboxes all arrive from the bridge's gateway. TCP,
+    UDP and ICMP echo from this machine to the sandbox's address fail; what the sandbox opens itself
+    gets its replies (TCP and UDP to this machine's services at the gateway)."""
+    with tcp_server("0.0.0.0") as host_tcp, udp_echo() as host_udp:
+        async def main():
+            sb = await sandbox_factory(limits=SandboxLimits(network="bridge", runtime=runtime))
+            await sb.write_file("/tmp/listen.py", LISTENERS.encode())
+            await sb.run("nohup python3 /tmp/listen.py >/dev/null 2>&1 & sleep 1")
+            own = (await sb.run("python3 -c \"import socket; print(socket.create_connection(('127.0.0.1', "
+                                f"{TCP_PORT}), 3).recv(5))\"")).output
+            nets = await asyncio.to_thread(lambda: subprocess.run(
+                ["docker", "inspect", "-f", "{{json .NetworkSettings.Networks}}", sb.name],
+                capture_output=True, text=True).stdout)
+            address, gw = next((n["IPAddress"], n["Gateway"]) for n in json.loads(nets).values())
+            into = await asyncio.to_thread(host_connects, address)
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
+                udp.sendto(b"leak", (address, UDP_PORT))
+            pinged = (await asyncio.to_thread(pings, address))[address]
+            await asyncio.sleep(1)
+            udp_in = (await sb.run("cat /tmp/udp 2>/dev/null | wc -c")).output.strip()
+            await sb.write_file("/tmp/probe.py", PROBE.encode())
+            await sb.write_file("/tmp/udp_echo.py", UDP_ECHO.encode())
+            out = json.loads((await sb.exec(["python3", "/tmp/probe.py", f"{gw}:{host_tcp}"])).stdout)
+            reply = (await sb.exec(["python3", "/tmp/udp_echo.py", f"{gw}:{host_udp}"])).stdout.strip()
+            return own, into, udp_in, pinged, out, reply, sb.isolated
+
+        own, into, udp_in, pinged, out, reply, isolated = run_async(main())
+    assert "hello" in own and isolated, own  # the listeners work, from inside the sandbox
+    assert (into, udp_in, pinged) == ("TimeoutError('timed out')", "0", False), (into, udp_in, pinged)
+    assert list(out.values()) == ["ok"] and reply == "echo:ping", (out, reply)
+
+
+# ---------------------------------------------------------------------- the rules themselves, IPv6 included
+# answers each datagram to port 9002 of each address given, from that address (as the sandbox's conntrack expects)
+UDP_ECHO_SERVER = r"""
+import selectors, socket, sys
+sel = selectors.DefaultSelector()
+for address in sys.argv[1:]:
+    s = socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind((address, 9002))
+    sel.register(s, selectors.EVENT_READ)
+while True:
+    for key, _ in sel.select():
+        d, peer = key.fileobj.recvfrom(100)
+        key.fileobj.sendto(b"echo:" + d, peer)
+"""
+
+
+def _in(netns: str, *argv: str, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(["ip", "netns", "exec", netns, *argv], capture_output=True, text=True, timeout=60, **kw)
+
+
+@contextlib.contextmanager
+def sandbox_and_gateway_namespaces():
+    """Two network namespaces joined by a veth pair, IPv4 and IPv6 (the engine's bridge here has no IPv6):
+    the sandbox's (10.213.0.2, fd00:213::2) and its gateway's (10.213.0.1, fd00:213::1, and a neighbour's
+    10.213.0.3), which also holds addresses off the link that stand for the internet (198.51.100.1,
+    2001:db8:1::1). Yields the two namespaces' names; servers started in them stop at the end."""
+    tag = uuid.uuid4().hex[:8]
+    sb, gw = f"insandbox-sb-{tag}", f"insandbox-gw-{tag}"
+    made = []
+    try:
+        for ns in (sb, gw):
+            subprocess.run(["ip", "netns", "add", ns], check=True)
+            made.append(ns)
+            # addresses usable at once (no duplicate address detection), link-local ones included
+            _in(ns, "sysctl", "-qw", "net.ipv6.conf.all.accept_dad=0", "net.ipv6.conf.default.accept_dad=0",
+                check=True)
+        subprocess.run(["ip", "link", "add", "v0", "netns", sb, "type", "veth", "peer", "name", "v1", "netns", gw],
+                       check=True)
+        for ns, dev, addrs in ((sb, "v0", ["10.213.0.2/24", "fd00:213::2/64"]),
+                               (gw, "v1", ["10.213.0.1/24", "10.213.0.3/24", "fd00:213::1/64"]),
+                               (gw, "lo", ["198.51.100.1/32", "2001:db8:1::1/128"])):
+            for addr in addrs:
+                subprocess.run(["ip", "-n", ns, "addr", "add", addr, "dev", dev, *(["nodad"] if ":" in addr else [])],
+                               check=True)
+            subprocess.run(["ip", "-n", ns, "link", "set", dev, "up"], check=True)
+        subprocess.run(["ip", "-n", sb, "link", "set", "lo", "up"], check=True)
+        subprocess.run(["ip", "-n", sb, "route", "add", "default", "via", "10.213.0.1"], check=True)
+        subprocess.run(["ip", "-n", sb, "-6", "route", "add", "default", "via", "fd00:213::1"], check=True)
+        yield sb, gw
+    finally:
+        for ns in made:  # their processes were ours, stopped by the test
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+def _wait_in_namespace(pid: int, netns: str) -> None:
+    """Until the process started by `ip netns exec` has entered the namespace."""
+    want = os.stat(f"/run/netns/{netns}").st_ino
+    deadline = time.monotonic() + 20
+    while os.stat(f"/proc/{pid}/ns/net").st_ino != want:
+        assert time.monotonic() < deadline, f"process {pid} never entered {netns}"
+        time.sleep(0.05)
+
+
+def _link_local(netns: str, dev: str) -> str:
+    out = subprocess.run(["ip", "-n", netns, "-6", "-o", "addr", "show", "dev", dev, "scope", "link"],
+                         capture_output=True, text=True, check=True).stdout
+    return out.split()[3].split("/")[0]
+
+
+@pytest.mark.parametrize("with_ipv6", [True, False])
+def test_bridge_rules_let_nothing_new_in_from_the_gateway_or_anywhere(tmp_path, with_ipv6):
+    """bridge's rules, loaded by netfilter.apply into a namespace of their own beside a gateway's: nothing
+    opens a connection or sends a datagram or an echo request into the sandbox, over IPv4, IPv6 or
+    link-local IPv6, from the gateway, a neighbour or the internet; the sandbox reaches the gateway and
+    the internet, and its UDP gets replies. On a network without IPv6, no IPv6 at all."""
+    from insandbox.sandbox.docker import netfilter
+
+    with sandbox_and_gateway_namespaces() as (sb, gw):
+        received = tmp_path / "udp"
+        servers = [subprocess.Popen(["ip", "netns", "exec", sb, sys.executable, "-c", LISTENERS, "::", str(received)]),
+                   subprocess.Popen(["ip", "netns", "exec", gw, sys.executable, "-c", LISTENERS, "::",
+                                     str(tmp_path / "gw-udp")]),
+                   subprocess.Popen(["ip", "netns", "exec", gw, sys.executable, "-c", UDP_ECHO_SERVER, "10.213.0.1",
+                                     "198.51.100.1", "fd00:213::1", "2001:db8:1::1"])]
+        try:
+            _wait_in_namespace(servers[0].pid, sb)  # never the rules into this machine's own namespace
+            ipv6 = netfilter.Subnet("fd00:213::/64", "fd00:213::1") if with_ipv6 else None
+            where = netfilter.Placement(servers[0].pid, netfilter.Subnet("10.213.0.0/24", "10.213.0.1"), ipv6)
+            netfilter.apply(where, netfilter.bridge_rules(where))
+            time.sleep(1)  # the servers listen
+            own = _in(sb, sys.executable, "-c", PROBE, "127.0.0.1:9000", "::1:9000").stdout
+            sandbox = ["10.213.0.2", "fd00:213::2", f"{_link_local(sb, 'v0')}%v1"]
+            into = [f"{a}:{TCP_PORT}" for a in sandbox]
+            sources = {"gateway": "", "neighbour": "10.213.0.3", "internet": "198.51.100.1"}
+            seen = {}
+            for name, source in sources.items():
+                if source:  # the gateway's namespace, its connections leaving from another of its addresses
+                    subprocess.run(["ip", "-n", gw, "route", "replace", "10.213.0.2/32", "dev", "v1", "src", source],
+                                   check=True)
+                seen[name] = json.loads(_in(gw, sys.executable, "-c", PROBE, *into).stdout)
+                _in(gw, sys.executable, "-c", SEND_UDP, *(f"{a}:{UDP_PORT}" for a in sandbox), check=True)
+            subprocess.run(["ip", "-n", gw, "route", "del", "10.213.0.2/32"], check=True)
+            pinged = pings(*sandbox, netns=gw)
+            time.sleep(1)
+            out = json.loads(_in(sb, sys.executable, "-c", PROBE, f"10.213.0.1:{TCP_PORT}", f"198.51.100.1:{TCP_PORT}",
+                                 f"fd00:213::1:{TCP_PORT}", f"2001:db8:1::1:{TCP_PORT}",
+                                 f"10.213.0.3:{TCP_PORT}").stdout)
+            replies = {t: _in(sb, sys.executable, "-c", UDP_ECHO, f"{t}:9002").stdout.strip()
+                       for t in ("10.213.0.1", "198.51.100.1", "fd00:213::1", "2001:db8:1::1")}
+        finally:
+            for p in servers:
+                p.kill()
+                p.wait()
+    assert json.loads(own) == {"127.0.0.1:9000": "ok", "::1:9000": "ok"}, own  # loopback: the sandbox's own
+    assert all(r != "ok" for results in seen.values() for r in results.values()), seen
+    assert not received.exists() or received.read_bytes() == b"", received.read_bytes()
+    assert not any(pinged.values()), pinged
+    v6 = with_ipv6  # on a network without IPv6, none at all
+    assert {t: r == "ok" for t, r in out.items()} == {
+        f"10.213.0.1:{TCP_PORT}": True, f"198.51.100.1:{TCP_PORT}": True, f"fd00:213::1:{TCP_PORT}": v6,
+        f"2001:db8:1::1:{TCP_PORT}": v6, f"10.213.0.3:{TCP_PORT}": False}, out  # a neighbour: refused
+    assert {t: r == "echo:ping" for t, r in replies.items()} == {
+        "10.213.0.1": True, "198.51.100.1": True, "fd00:213::1": v6, "2001:db8:1::1": v6}, replies

@@ -14,10 +14,14 @@ import contextlib
 import json
 import os
 import pwd
+import queue
 import shutil
 import signal
+import socket
 import subprocess
+import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Optional
@@ -26,7 +30,10 @@ import pytest
 
 from insandbox.sandbox import SandboxError, SandboxLimits, SandboxSpec, SetupError, create_sandbox
 from insandbox.sandbox.docker import LABEL, LABEL_OWNER, DockerSandbox, engine, limits, owner_label, proxy
-from tests.helpers import cli
+from tests.helpers import REPO, cli
+from tests.sandbox.bwrap.conftest import cache_of, rootfs_tar  # noqa: F401  (a fixture, by name below)
+from tests.sandbox.network_peer import SLIRP_GATEWAY, TCP_PORT, UDP_PORT
+from tests.sandbox.test_network import host_addresses, host_connects, tcp_server, udp_echo
 
 pytestmark = pytest.mark.docker
 
@@ -424,6 +431,107 @@ def test_sandboxes_are_kept_apart_and_from_the_host(rootful):
         run(body)
     finally:
         host_service.close()
+
+
+class Peer:
+    """A sandbox in a process of its own (tests/sandbox/network_peer.py): sandboxes of Docker, Podman and
+    bwrap side by side, each engine's client in its own process."""
+
+    def __init__(self, backend: str, env: dict):
+        self.proc = subprocess.Popen([sys.executable, "-m", "tests.sandbox.network_peer", backend, "bridge"],
+                                     cwd=REPO, env={**os.environ, **env}, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)
+        self._lines: queue.Queue = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+        self.label = f"{backend}@{env.get('DOCKER_HOST', 'docker')}"
+        first = self._answer(300)
+        assert "error" not in first, (self.label, first["error"])
+        self.address, self.gateway = first["address"], first["gateway"]
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self._lines.put(line)
+        self._lines.put("")  # it exited
+
+    def _answer(self, timeout: float) -> dict:
+        try:
+            line = self._lines.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(f"the {self.label} sandbox did not answer in {timeout} s") from None
+        assert line, f"the {self.label} sandbox's process exited ({self.proc.poll()})"
+        return json.loads(line)
+
+    def ask(self, **request) -> dict:
+        self.proc.stdin.write(json.dumps(request) + "\n")
+        self.proc.stdin.flush()
+        return self._answer(120)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def test_sandboxes_of_docker_podman_and_bwrap_never_reach_each_other(rootful_service, request, tmp_path):
+    """A TCP server and a UDP listener in a Docker sandbox, in a rootful Podman sandbox and in a bwrap
+    sandbox (--network bridge, slirp4netns), all at once. No other sandbox reaches them, whatever its
+    engine, nor does this machine itself: slirp4netns and both engines' NAT make the other engine's
+    connections arrive from the gateway, which a sandbox must not take for a sign of trust. Each still
+    reaches a service of this machine at its gateway, and gets replies to its own UDP."""
+    bwrap_env = {"INSANDBOX_ROOTFS": str(request.getfixturevalue("rootfs_tar")),
+                 "INSANDBOX_ROOTFS_CACHE": str(cache_of(os.geteuid())), "INSANDBOX_BWRAP_DIR": str(tmp_path / "bwrap")}
+    peers: dict[str, Peer] = {}
+    try:
+        with tcp_server("0.0.0.0") as host_port, udp_echo() as echo_port:
+            peers["docker"] = Peer("docker", {})
+            peers["docker2"] = Peer("docker", {})
+            peers["podman"] = Peer("docker", {"DOCKER_HOST": rootful_service.host})
+            peers["bwrap"] = Peer("bwrap", bwrap_env)
+            servers = ("docker", "podman", "bwrap")
+            for name in servers:
+                assert peers[name].ask(listen=True)["own"] == "hello", name  # the servers answer from inside
+            docker, podman = peers["docker"].address, peers["podman"].address
+            # what a sandbox could try, for each server: its own address, and (bwrap) every address of this
+            # machine, where slirp4netns would listen for a port it forwards
+            targets = {"docker": [docker], "podman": [podman],
+                       "bwrap": [peers["bwrap"].address, *host_addresses()]}
+            seen, host_seen = {}, {}
+            for client, peer in peers.items():
+                tried = [f"{ip}:{TCP_PORT}" for server in servers if server != client for ip in targets[server]]
+                seen[client] = peer.ask(probe=tried)["seen"]
+                peer.ask(udp=[t.replace(f":{TCP_PORT}", f":{UDP_PORT}") for t in tried])
+            # this machine itself: at the engines' sandboxes' addresses, and where slirp4netns would forward
+            for target in (docker, podman, "127.0.0.1", *host_addresses()):
+                host_seen[target] = host_connects(target)
+                with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
+                    udp.sendto(b"leak", (target, UDP_PORT))
+            time.sleep(1)
+            received = {name: peers[name].ask(received=True)["bytes"] for name in servers}
+            # the way out still works: the host's service at the gateway, and replies to a sandbox's UDP
+            out = {name: peer.ask(probe=[f"{_gateway_for(peer)}:{host_port}"])["seen"] for name, peer in peers.items()}
+            replies = {name: peer.ask(udp_echo=f"{_gateway_for(peer)}:{echo_port}") for name, peer in peers.items()}
+    finally:
+        for peer in peers.values():
+            peer.close()
+    reached = [f"{client} -> {target}" for client, results in seen.items() for target, r in results.items()
+               if r == "ok"]
+    reached += [f"this machine -> {target}" for target, r in host_seen.items() if r == "ok"]
+    assert (reached, received) == ([], {"docker": 0, "podman": 0, "bwrap": 0}), (seen, host_seen)
+    assert all(list(r.values()) == ["ok"] for r in out.values()), out
+    assert all(r.get("reply") == "echo:ping" for r in replies.values()), replies
+
+
+def _gateway_for(peer: Peer) -> str:
+    """Where a sandbox finds this machine's services: its gateway, or for bwrap (whose gateway is this
+    machine's loopback, refused) this machine's address on its way out."""
+    if peer.gateway != SLIRP_GATEWAY:
+        return peer.gateway
+    return subprocess.run(["ip", "-4", "-o", "route", "get", "1.1.1.1"], capture_output=True, text=True,
+                          check=True).stdout.split(" src ")[1].split()[0]
 
 
 @contextlib.contextmanager

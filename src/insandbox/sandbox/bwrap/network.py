@@ -5,7 +5,10 @@
   this user and makes the sandbox's connections from this machine (NAT at 10.0.2.2, its DNS forwarder at
   10.0.2.3), with this machine's loopback refused (--disable-host-loopback): the internet and PyPI, not
   the model server on 127.0.0.1, not the other sandboxes (each has its namespace and its slirp4netns);
-  what listens on this machine's other addresses is reachable, as from Docker's bridge;
+  what listens on this machine's other addresses is reachable, as from Docker's bridge. Nothing gets
+  in: slirp4netns forwards no port (none is given, and without --api-socket none can be added later);
+  Docker's and Podman's sandboxes, which its connections reach from their gateway, let nothing new in
+  (docker/netfilter.py);
 - `host`: this machine's network namespace (--share-net): everything, the model server included.
 
 slirp4netns enters the sandbox's network namespace through the user namespace that owns it: bwrap's

@@ -9,12 +9,24 @@ sandbox's namespace gets a few rules of its own (iptables-restore through nsente
 start): the rules live and die with the namespace, and the sandbox, which has no CAP_NET_ADMIN,
 cannot change them.
 
-- bridge: out to the internet and to the host (the bridge's gateway) as before; nothing to or from
-  another address of the bridge; no broadcast or multicast; IPv6 only where the network has it,
-  on the same terms.
+Inbound, in every mode: loopback and the replies to the sandbox's own connections (conntrack's
+ESTABLISHED, RELATED: TCP, UDP answers, ICMP errors), nothing new, whatever its source. The source
+says nothing: another engine's sandbox reaches this one through that engine's masquerade, a bwrap
+sandbox through slirp4netns (a process of this machine), and both arrive from this network's gateway,
+as this machine's own processes do. Nothing of insandbox's connects into a sandbox (its channel is a
+unix socket or the engine's attach stream; the registries proxy only answers), so none needs letting in.
+
+- bridge: out to the internet and to the host (the bridge's gateway) as before; nothing to another
+  address of the bridge; no broadcast or multicast; IPv6 only where the network has it, on the same
+  terms (neighbour discovery aside, link-local neither way).
 - registries: only the proxy's port, with at most PROXY_CONNECTIONS connections open at once (so one
   sandbox cannot take the proxy's every slot from the others); not the engine's DNS (the proxy's
   name is in /etc/hosts); nothing else.
+
+The receiving end is the guarantee, so no sandbox's outbound rules name other engines' networks:
+their ranges are not known here (Podman's is configurable, another engine's networks come and go),
+and what such rules would shield beyond the sandboxes, which refuse anyway, are other containers of
+this machine, as reachable as any address of the network outside.
 """
 from __future__ import annotations
 
@@ -75,25 +87,30 @@ def own_address(inspect: dict) -> Optional[str]:
 
 
 def bridge_rules(p: Placement) -> tuple[str, str]:
-    """(IPv4, IPv6) iptables-restore input for a sandbox on a shared bridge with full egress."""
+    """(IPv4, IPv6) iptables-restore input for a sandbox on a shared bridge with full egress.
+
+    Inbound: loopback and the replies to the sandbox's own connections (conntrack), nothing new from
+    anywhere, the gateway included: other engines' sandboxes (Podman's, through its masquerade) and
+    bwrap's (through slirp4netns, a process of this machine) arrive from the gateway's address.
+    Outbound: everything but the rest of its own network (the gateway aside), broadcast and multicast."""
     v4 = ["-A INPUT -i lo -j ACCEPT", "-A INPUT -m conntrack --ctstate ESTABLISHED,RELATED -j ACCEPT",
-          "-A OUTPUT -o lo -j ACCEPT"]
+          "-A INPUT -j DROP", "-A OUTPUT -o lo -j ACCEPT"]
     if p.ipv4:
         if p.ipv4.gateway:
-            v4 += [f"-A INPUT -s {p.ipv4.gateway}/32 -j ACCEPT", f"-A OUTPUT -d {p.ipv4.gateway}/32 -j ACCEPT"]
-        v4 += [f"-A INPUT -s {p.ipv4.cidr} -j DROP",
-               f"-A OUTPUT -d {p.ipv4.cidr} -j REJECT --reject-with icmp-admin-prohibited"]
+            v4 += [f"-A OUTPUT -d {p.ipv4.gateway}/32 -j ACCEPT"]
+        v4 += [f"-A OUTPUT -d {p.ipv4.cidr} -j REJECT --reject-with icmp-admin-prohibited"]
     v4 += ["-A OUTPUT -d 224.0.0.0/4 -j DROP", "-A OUTPUT -d 255.255.255.255/32 -j DROP"]
     v6 = ["-A INPUT -i lo -j ACCEPT", "-A OUTPUT -o lo -j ACCEPT"]
     if p.ipv6:
-        nd = [f"-A {chain} -p ipv6-icmp --icmpv6-type {t} -j ACCEPT" for chain in ("INPUT", "OUTPUT")
-              for t in ("router-solicitation", "router-advertisement", "neighbour-solicitation",
-                        "neighbour-advertisement")]
-        v6 += nd + ["-A INPUT -m conntrack --ctstate ESTABLISHED,RELATED -j ACCEPT"]
+        # neighbour discovery: without it no IPv6 packet finds its next hop (conntrack does not track it)
+        v6 += [f"-A {chain} -p ipv6-icmp --icmpv6-type {t} -j ACCEPT" for chain in ("INPUT", "OUTPUT")
+               for t in ("router-solicitation", "router-advertisement", "neighbour-solicitation",
+                         "neighbour-advertisement")]
+        v6 += ["-A INPUT -m conntrack --ctstate ESTABLISHED,RELATED -j ACCEPT", "-A INPUT -j DROP"]
         if p.ipv6.gateway:
-            v6 += [f"-A INPUT -s {p.ipv6.gateway}/128 -j ACCEPT", f"-A OUTPUT -d {p.ipv6.gateway}/128 -j ACCEPT"]
-        v6 += [f"-A INPUT -s {p.ipv6.cidr} -j DROP", f"-A OUTPUT -d {p.ipv6.cidr} -j REJECT",
-               "-A INPUT -s fe80::/10 -j DROP", "-A OUTPUT -d fe80::/10 -j REJECT", "-A OUTPUT -d ff00::/8 -j DROP"]
+            v6 += [f"-A OUTPUT -d {p.ipv6.gateway}/128 -j ACCEPT"]
+        v6 += [f"-A OUTPUT -d {p.ipv6.cidr} -j REJECT", "-A OUTPUT -d fe80::/10 -j REJECT",
+               "-A OUTPUT -d ff00::/8 -j DROP"]
     else:  # no IPv6 on this network: link-local addresses would still reach the neighbours
         v6 += ["-A INPUT -j DROP", "-A OUTPUT -j REJECT"]
     return _table(v4), _table(v6)
