@@ -350,6 +350,32 @@ def test_one_sandbox_cannot_starve_the_registries_proxy(sandbox_factory, run_asy
     assert answers == ["403"] * 5, answers
 
 
+def test_the_registries_proxy_serves_its_sandboxes_only(sandbox_factory, run_async):
+    """Anything else that reaches the proxy's address on its egress network (this machine's processes,
+    so a bwrap sandbox's slirp4netns, or another engine's NAT) is refused: it could otherwise hold the
+    proxy's every slot, which the sandboxes' own packet filter caps only on their side."""
+    from insandbox.sandbox.docker import engine
+
+    async def main():
+        sb = await sandbox_factory(limits=SandboxLimits(network="registries"))
+        return (await sb.run("curl -sS -m 20 -o /dev/null -w '%{http_code}' http://example.com/", timeout=60)).output
+
+    assert run_async(main()) == "403"  # the sandbox is served (the proxy's own refusal of a host off the list)
+    api = engine.api()
+    px = proxy.ensure()
+    info = api.inspect_container(px.name)
+    egress = info["NetworkSettings"]["Networks"][proxy.EGRESS_NETWORK]["IPAddress"]
+    with socket.create_connection((egress, proxy.PORT), timeout=10) as s:
+        s.settimeout(10)
+        s.sendall(b"GET http://example.com/ HTTP/1.0\r\nHost: example.com\r\n\r\n")
+        answer = b""
+        with contextlib.suppress(OSError):
+            while chunk := s.recv(4096):
+                answer += chunk
+    assert b"Filtered" not in answer and b" 403 Filtered" not in answer, answer[:200]  # never served
+    assert answer == b"" or b"403 Access denied" in answer or b"Unauthorized" in answer, answer[:200]
+
+
 # ---------------------------------------------------------------------- into a sandbox
 @contextlib.contextmanager
 def udp_echo():

@@ -59,6 +59,7 @@ EGRESS_NETWORK = "insandbox-egress"
 LABEL_PROXY = "insandbox.proxy"  # "proxy" on proxy containers, "internal"/"egress" on the networks
 LABEL_CONFIG = "insandbox.proxy.config"  # hash of the proxy's configuration
 LABEL_ALLOWED = "insandbox.proxy.allowed"  # what it lets through, for people reading `docker inspect`
+LABEL_CLIENTS = "insandbox.proxy.clients"  # the internal network's range: the only clients it serves
 DEFAULT_HOSTS = ("pypi.org", "files.pythonhosted.org", "deb.debian.org", "security.debian.org")
 ALLOW_ENV = "INSANDBOX_REGISTRIES_ALLOW"
 IDLE_GRACE_S = 600.0  # clean: the proxy stays while a sandbox joined its network this recently
@@ -305,15 +306,25 @@ def _ensure(key: str, conf: str, allow: str, allowed: tuple[str, ...], on_status
         on_status(f"built {tag} in {time.perf_counter() - t0:.0f} s")
     egress = _network(api, EGRESS_NETWORK, internal=False)
     internal = _network(api, INTERNAL_NETWORK, internal=True)
+    # Only the sandboxes of the mode are its clients: whatever else reaches the proxy's egress address
+    # (this machine's processes, so a bwrap sandbox through slirp4netns, another engine's NAT) is refused,
+    # or it could hold the proxy's every slot.
+    clients = _subnets(internal)
+    if not clients:
+        raise SandboxError(f"the Docker network {INTERNAL_NETWORK} has no address range to serve")
+    conf += "".join(f"Allow {c}\n" for c in clients)
     name = f"insandbox-proxy-{key}"
     info = _inspect(api, name)
-    if info is not None and not info["State"].get("Running"):
-        _remove(api, name)  # stopped (an engine restart without it, a crash): start afresh
+    labels = ((info or {}).get("Config") or {}).get("Labels") or {}
+    stale = info is not None and labels.get(LABEL_CLIENTS) != " ".join(clients)
+    if info is not None and (stale or not info["State"].get("Running")):
+        _remove(api, name)  # stopped (an engine restart without it, a crash), or made for another range: afresh
         info = None
     if info is None:
         try:
             cid = api.create_container(
-                tag, name=name, labels={LABEL_PROXY: "proxy", LABEL_CONFIG: key, LABEL_ALLOWED: " ".join(allowed)},
+                tag, name=name, labels={LABEL_PROXY: "proxy", LABEL_CONFIG: key, LABEL_ALLOWED: " ".join(allowed),
+                                        LABEL_CLIENTS: " ".join(clients)},
                 host_config=api.create_host_config(
                     network_mode=EGRESS_NETWORK, restart_policy={"Name": "unless-stopped"},
                     mem_limit="512m", pids_limit=4096,
@@ -405,6 +416,12 @@ def _wait_ready(api, name: str, info: dict, egress: dict) -> None:
         time.sleep(0.05)
         if not address:
             address = _address_of(_inspect(api, name) or info, egress)
+
+
+def _subnets(net: dict) -> list[str]:
+    """The address ranges of a Docker network (as the engine's IPAM gives them)."""
+    configs = (net.get("IPAM") or {}).get("Config") or []
+    return sorted(c["Subnet"] for c in configs if c.get("Subnet"))
 
 
 def _endpoint(info: dict, net: dict) -> Optional[dict]:
