@@ -152,7 +152,11 @@ def parse(output: str) -> tuple[dict, list[str]]:
 
 async def sample(pool: SandboxPool, i: int, fresh: dict, stats: dict) -> None:
     attack = list(ATTACKS)[i % len(ATTACKS)]
-    sb = await pool.acquire()
+    try:
+        sb = await pool.acquire()
+    except Exception as e:  # the engine failed a start (it does under heavy load): counted, not an effect
+        stats["start_errors"].append(f"sample {i}: {type(e).__name__}: {e}"[:300])
+        return
     reusable = True
     try:
         look, rest = parse((await sb.run(LOOK, timeout=120)).output)
@@ -183,7 +187,8 @@ async def sample(pool: SandboxPool, i: int, fresh: dict, stats: dict) -> None:
 
 async def soak(n: int, size: int) -> dict:
     spec = SandboxSpec(image=IMAGE, run_id="soak-isolation", limits=SandboxLimits(disk="2g", network="none"))
-    stats = {"ran": collections.Counter(), "effects": collections.Counter(), "seen": [], "errors": []}
+    stats = {"ran": collections.Counter(), "effects": collections.Counter(), "seen": [], "errors": [],
+             "start_errors": []}
     fresh: dict = {}  # sandbox -> what it showed its first sample
     t0 = time.monotonic()
     async with SandboxPool(spec, size=size, max_uses=10_000) as pool:
@@ -213,7 +218,8 @@ def main() -> None:
         print(f"| {attack} | {stats['ran'][attack]} | {stats['effects'][attack]} |")
     total = sum(stats["effects"].values())
     print(f"effects on later samples: {total}; containers not reused: {stats['pool']['recycle_failures']}; "
-          f"samples that broke their own sandbox: {len(stats['errors'])}")
+          f"samples that broke their own sandbox: {len(stats['errors'])}; sandboxes the engine failed to start: "
+          f"{len(stats['start_errors'])}")
     for seen in stats["seen"][:10]:
         print("  seen:", seen)
     for err in stats["errors"][:5]:
