@@ -8,9 +8,10 @@ Where: under the cgroup this process runs in, so a Slurm job's limits still boun
   the controller: a delegated subtree (a systemd user manager's, a container's whole tree as root);
   not this process's own cgroup, which holds processes and so cannot enable controllers below it;
 - cgroup v1: this process's own cgroup of each hierarchy, where this user may write it (root).
-Each controller is found on its own (v1 hierarchies differ); the sandbox's group is `insandbox-<its name>`
-in each. The launcher (launch.py) writes its own pid into the group's cgroup.procs before it starts
-anything else, so bwrap and every process of the sandbox are inside from the first fork on.
+Each controller is found on its own (v1 hierarchies differ); the sandbox's group is named as the
+sandbox (insandbox-<run id>-<6 hex>) in each. The launcher (launch.py) writes its own pid into the
+group's cgroup.procs before it starts anything else, so bwrap and every process of the sandbox are
+inside from the first fork on.
 
 INSANDBOX_BWRAP_MEMORY: `cgroup` refuses --memory where no memory cgroup is writable; `rlimit` never
 makes a cgroup (RLIMIT_AS holds memory, RLIMIT_NPROC processes, CPUs are not held); unset: a cgroup
@@ -172,7 +173,7 @@ class Group:
             for controller, place in found.items():
                 if not wanted.get(controller) and controller != "memory":
                     continue  # the memory group is made even without a limit: the host reads OOM kills and tasks
-                d = place.parent / f"{PREFIX}{name}"
+                d = place.parent / (name if name.startswith(PREFIX) else PREFIX + name)
                 if place.version == 2:
                     enabled = _read(place.parent / "cgroup.subtree_control").split()
                     if controller not in enabled:
