@@ -80,9 +80,18 @@ def _writable(d: Path) -> bool:
     return os.access(d, os.W_OK | os.X_OK) and os.access(d / "cgroup.procs", os.W_OK)
 
 
+_FOUND: dict[str, tuple[dict[str, Place], str]] = {}  # this process's cgroups -> places(), found once
+
+
 def places(mountinfo: Optional[str] = None, own: Optional[str] = None) -> tuple[dict[str, Place], str]:
     """{controller: where its sandbox groups go} for the controllers this user may use, and why the
-    missing ones are missing (the texts default to this process's /proc/self/mountinfo and cgroup)."""
+    missing ones are missing (the texts default to this process's /proc/self/mountinfo and cgroup; then
+    the answer is kept while this process stays in the same cgroups)."""
+    if mountinfo is None and own is None:
+        own = _read(Path("/proc/self/cgroup"))
+        if own not in _FOUND:
+            _FOUND[own] = places(_read(Path("/proc/self/mountinfo")), own)
+        return _FOUND[own]
     mountinfo = _read(Path("/proc/self/mountinfo")) if mountinfo is None else mountinfo
     own = _read(Path("/proc/self/cgroup")) if own is None else own
     v1_paths, v2_path = {}, None

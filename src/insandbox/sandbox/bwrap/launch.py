@@ -1,24 +1,26 @@
 """How a bwrap sandbox is started: its folder on the host, its limits, and the command line.
 
-    python3 -I -S -c LAUNCHER                     this host's Python, for two steps before anything else:
-                                                  a session keyring that holds nothing (not the user's, with
-                                                  its Kerberos and AFS tokens), and the sandbox's cgroup
-                                                  joined (cgroup.py), so all that follows is inside it
-      unshare --user --map-root-user --mount      a user and mount namespace of our own (no root needed),
-              [--net]                             and a network namespace but for --network host
-        sh -c 'mount ...'                         the image's files (read-only, bound as `lower`) under the
-                                                  sandbox's own upper layer: its writes land in its folder,
-                                                  nowhere else; a sysfs of that network namespace (`sys`)
-          bwrap --unshare-all --unshare-user ...  the sandbox: every namespace its own (the network's too,
-                --seccomp FD                      but for --network host), uid 0 inside, a few capabilities
-                                                  (in its namespace only), no nested user namespaces, the
-                                                  seccomp filter of seccomp.py, /proc, /dev, /sys read-only
-                                                  with the host's kernel internals masked, dies with us
-            python3 -c '<limits>; <bootstrap>'    the in-sandbox server as PID 1 (guest/server.py)
+    python3 -I -S -c LAUNCHER                     this host's Python, before anything else: a session
+                                                  keyring that holds nothing (not the user's, with its
+                                                  Kerberos and AFS tokens); the sandbox's cgroup joined
+                                                  (cgroup.py), so all that follows is inside it; a user and
+                                                  mount namespace of our own (no root needed), a network
+                                                  namespace with its loopback up (but for --network host);
+                                                  there, the image's files (read-only, bound as `lower`)
+                                                  under the sandbox's own upper layer (its writes land in
+                                                  its folder, nowhere else), and a sysfs of that network
+                                                  namespace (`sys`)
+      bwrap --unshare-all --share-net ...         the sandbox: every other namespace its own, uid 0 inside,
+            --seccomp FD                          a few capabilities (in its namespace only), no nested user
+                                                  namespaces, the seccomp filter of seccomp.py, /proc, /dev,
+                                                  /sys read-only with the host's kernel internals masked,
+                                                  dies with us
+        python3 -c '<limits>; <bootstrap>'        the in-sandbox server as PID 1 (guest/server.py)
 
 bubblewrap 0.8 (Debian bookworm's) has no overlay options of its own (0.9 added them), so the overlay
 is mounted one namespace further out, where we are root of a user namespace of our own: the kernel
-lets such a root mount overlayfs since Linux 5.11, and sysfs in a network namespace it owns.
+lets such a root mount overlayfs since Linux 5.11, and sysfs in a network namespace it owns (which is
+why the launcher, not bwrap, makes the network namespace: bwrap shares it, one per sandbox).
 
 What the sandbox sees of the host. /proc is its own (its pid namespace), with what Docker's runc masks
 masked (an empty file or an empty read-only tmpfs over /proc/keys, /proc/key-users, kcore, interrupts,
@@ -74,27 +76,53 @@ OWNER_FILE, PROCESS_FILE, CGROUP_FILE = "owner", "bwrap.pid", "cgroups"
 CAPS = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "SETUID", "SETGID", "KILL")
 SHM_BYTES = 64 << 20  # /dev/shm, as the Docker engine's default
 STATE_BYTES = 64 << 20  # the server's own folder
-# run in the sandbox's folder: the layers are named relative to it, so no host path reaches mountinfo
-MOUNT = ('cd "$1" && mount --bind "$2" lower && '
-         'mount -t overlay overlay -o lowerdir=lower,upperdir=upper,workdir=work,userxattr merged || exit 125; '
-         'if [ "$3" = sysfs ]; then mount -t sysfs -o ro,nosuid,nodev,noexec sysfs sys || exit 124; fi; '
-         'shift 3; exec "$@"')
-# argv: keyctl's number, the cgroup.procs files to join, "--", the command. The session keyring is one
-# named keyring shared by the user's sandboxes (a keyring each would run into the user's key quota, 200
-# keys by default), which holds nothing: the sandbox's filter denies every keyring syscall, so nothing is
-# ever added from inside. ENOSYS (no keyrings) and EPERM (a filter around this process already denies
-# them, and the sandbox inherits it) leave nothing to hide.
+# argv: keyctl's number, "net" (a network namespace of its own) or "host", the sandbox's folder, the
+# image's tree, the cgroup.procs files to join, "--", bwrap's command line. The session keyring is one
+# named keyring shared by the user's sandboxes (one each would run into the user's key quota, 200 keys by
+# default), which holds nothing: the sandbox's filter denies every keyring syscall, so nothing is ever
+# added from inside. ENOSYS (no keyrings) and EPERM (a filter around this process already denies them,
+# and the sandbox inherits it) leave nothing to hide. Then what `unshare --user --map-root-user --mount
+# [--net]` would do, and the mounts, made in the sandbox's folder: the layers named relative to it, so
+# no host path reaches /proc/self/mountinfo. Exit codes: 126 before the mounts, 125 overlayfs, 124 sysfs.
 LAUNCHER = r"""
 import ctypes, os, sys
 end = sys.argv.index("--")
-lib, nr, L = ctypes.CDLL(None, use_errno=True), int(sys.argv[1]), ctypes.c_long
-if lib.syscall(L(nr), L(1), ctypes.c_char_p(b"insandbox-sandboxes")) < 0 and ctypes.get_errno() not in (1, 38):
-    sys.stderr.write("insandbox: no session keyring of the sandbox's own: %s\n" % os.strerror(ctypes.get_errno()))
-    sys.exit(126)
+lib, L, B = ctypes.CDLL(None, use_errno=True), ctypes.c_long, ctypes.c_char_p
+nr, net, folder, tree = int(sys.argv[1]), sys.argv[2] == "net", sys.argv[3], sys.argv[4]
+def fail(what, code=126):
+    sys.stderr.write("insandbox: %s: %s\n" % (what, os.strerror(ctypes.get_errno())))
+    sys.exit(code)
+if lib.syscall(L(nr), L(1), B(b"insandbox-sandboxes")) < 0 and ctypes.get_errno() not in (1, 38):
+    fail("no session keyring of the sandbox's own")
 lib.syscall(L(nr), L(5), L(-3), L(0x3F1B0000))  # KEYCTL_SETPERM: the user may search it, so the next one joins it
-for path in sys.argv[2:end]:
+for path in sys.argv[5:end]:
     with open(path, "w") as f:
         f.write(str(os.getpid()))
+uid, gid = os.geteuid(), os.getegid()
+if lib.unshare(0x10000000 | 0x00020000 | (0x40000000 if net else 0)) != 0:  # CLONE_NEWUSER, NEWNS, NEWNET
+    fail("no user namespace of its own")
+for name, text in (("uid_map", "0 %d 1" % uid), ("setgroups", "deny"), ("gid_map", "0 %d 1" % gid)):
+    with open("/proc/self/" + name, "w") as f:
+        f.write(text)
+if net:  # SIOCGIFFLAGS, then SIOCSIFFLAGS with IFF_UP: the kernel gives lo 127.0.0.1 and ::1
+    fd, req = lib.socket(2, 2, 0), ctypes.create_string_buffer(b"lo", 40)
+    flags = ctypes.c_short.from_buffer(req, 16)
+    if fd < 0 or lib.ioctl(fd, L(0x8913), req) != 0:
+        fail("no loopback")
+    flags.value |= 1
+    if lib.ioctl(fd, L(0x8914), req) != 0:
+        fail("no loopback")
+    os.close(fd)
+os.chdir(folder)
+if lib.mount(None, B(b"/"), None, L(0x44000), None) != 0:  # MS_REC | MS_PRIVATE: nothing leaves this namespace
+    fail("mount namespace")
+if lib.mount(B(os.fsencode(tree)), B(b"lower"), None, L(0x5000), None) != 0:  # MS_BIND | MS_REC
+    fail("the image's files", 125)
+if lib.mount(B(b"overlay"), B(b"merged"), B(b"overlay"), L(0),
+             B(b"lowerdir=lower,upperdir=upper,workdir=work,userxattr")) != 0:
+    fail("overlayfs", 125)
+if net and lib.mount(B(b"sysfs"), B(b"sys"), B(b"sysfs"), L(0xF), None) != 0:  # RDONLY|NOSUID|NODEV|NOEXEC
+    fail("sysfs", 124)
 os.execvp(sys.argv[end + 1], sys.argv[end + 1:])
 """
 # Docker's masked paths (runc), /proc/key-users, and OpenAFS's ioctl (uid-based tokens)
@@ -252,16 +280,13 @@ def command(fs: RootFS, folder: Folder, limits: SandboxLimits, env: dict[str, st
     """The whole command line of one sandbox: its server (or `program`) as its PID 1."""
     private_net = limits.network != "host"
     argv = [sys.executable or "python3", "-I", "-S", "-c", LAUNCHER, str(seccomp.number("keyctl")),
+            "net" if private_net else "host", str(folder.path), str(fs.tree),
             *(group.procs_files() if group else ()), "--",
-            "unshare", "--user", "--map-root-user", "--mount", *(["--net"] if private_net else []), "--",
-            "/bin/sh", "-c", MOUNT, "sh", str(folder.path), str(fs.tree), "sysfs" if private_net else "host",
-            "bwrap", "--unshare-all", "--unshare-user", "--uid", "0", "--gid", "0", "--disable-userns",
+            "bwrap", "--unshare-all", "--share-net", "--unshare-user", "--uid", "0", "--gid", "0", "--disable-userns",
             "--die-with-parent", "--new-session", "--as-pid-1", "--hostname", hostname, "--info-fd", str(info_fd),
             "--seccomp", str(seccomp_fd), "--cap-drop", "ALL"]
     for cap in (*CAPS, *limits.cap_add):
         argv += ["--cap-add", "CAP_" + cap.upper().removeprefix("CAP_")]
-    if not private_net:
-        argv.append("--share-net")
     argv += ["--bind", str(folder.merged), "/", "--proc", "/proc"]
     for path in PROC_READONLY:  # bwrap leaves them writable to uid 0, which is the host's root when root runs us
         if os.path.exists(path):
@@ -296,7 +321,6 @@ def environment(fs: RootFS, extra: dict, hostname: str = netfiles.HOSTNAME) -> d
 
 def tools_missing() -> Optional[str]:
     """What this host lacks to start sandboxes at all (None: nothing)."""
-    for tool in ("bwrap", "unshare", "mount"):
-        if shutil.which(tool) is None:
-            return f"{tool} is not installed (Debian: apt-get install bubblewrap util-linux mount)"
+    if shutil.which("bwrap") is None:
+        return "bwrap is not installed (Debian: apt-get install bubblewrap)"
     return None

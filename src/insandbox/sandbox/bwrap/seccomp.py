@@ -38,6 +38,7 @@ says `Seccomp: 2`, `NoNewPrivs: 1`, and one filter more than this process has it
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import platform
 import struct
@@ -126,6 +127,7 @@ class _Program:
         return out
 
 
+@functools.cache
 def program(arch: Optional[str] = None) -> bytes:
     """The filter for this machine (or `arch`), as the struct sock_filter array bwrap reads."""
     arch = arch or machine()
