@@ -292,3 +292,19 @@ asyncio.run(main())
                        text=True, env=env, timeout=120)
     assert r.returncode == 0 and f"removed {held['folder']}" in r.stdout, r.stdout + r.stderr
     assert not any(Path(c).exists() for c in held["cgroup"]) and not Path(held["folder"]).exists()
+
+
+def test_a_sandbox_whose_server_the_oom_killer_took_broke_by_itself(bwrap_factory, run_async):
+    """The model's code fills tmpfs (counted in the cgroup, in no process) and makes the server the OOM
+    killer's first choice: the host's count says the sandbox killed itself, not the infrastructure."""
+    from insandbox.core.errors import SandboxBrokenByItself
+
+    async def body():
+        sb = await bwrap_factory(limits=SandboxLimits(network="none", memory="64m"))
+        await sb.run("head -c 50m /dev/zero > /dev/shm/fill; echo 1000 > /proc/1/oom_score_adj")
+        with pytest.raises(SandboxBrokenByItself, match="killed for the memory limit"):
+            await sb.run(SHARED_MAPPING.replace("768 << 20", "64 << 20"), timeout=60)
+            await sb.run("echo alive")
+        assert sb.oom_kills_seen() >= 1
+        await sb.close()
+    run_async(body())

@@ -239,9 +239,8 @@ class BwrapSandbox(hostside.HostSideFiles, ServerCommands):
                 _kill(sb.proc.pid)
             if sb.slirp is not None:
                 sb.slirp.kill()
-            if sb.group is not None:
-                sb.group.remove(0.2)
-            if sb.folder is not None:
+            gone = sb.group.remove(0.5) if sb.group is not None else True
+            if sb.folder is not None and gone:  # else it stays for `clean`, which names the cgroup from it
                 sb.folder.remove()
             LIVE.pop(sb.name, None)
 
