@@ -42,8 +42,9 @@ of the user on the host):
   shared mappings, tmpfs and page cache count), and RLIMIT_DATA per process (a memory bomb gets
   MemoryError rather than the OOM killer); without one, RLIMIT_AS per process: the address space,
   shared mappings included, but programs that reserve large virtual ranges (a JVM, Go, Node's V8,
-  CUDA) fail under it, and the sandbox in all is not bounded (INSANDBOX_BWRAP_MEMORY=cgroup refuses
-  --memory then);
+  CUDA) fail under it; not the sandbox in all, nor memory in no address space (SysV shared memory,
+  memfd and tmpfs files written with write(): /dev/shm and the server's folder are 64 MB tmpfs, a
+  file at most the disk limit). INSANDBOX_BWRAP_MEMORY=cgroup refuses --memory then;
 - pids: RLIMIT_NPROC, the sandbox's processes and threads together, and pids.max with a cgroup;
 - cpus: the cgroup's CPU quota; not held without one;
 - disk: RLIMIT_FSIZE, per file (no file written larger than the disk limit), not in all;
