@@ -107,15 +107,16 @@ def places(mountinfo: Optional[str] = None, own: Optional[str] = None) -> tuple[
     why = []
     for fstype, root, point, opts in _mounts(mountinfo):
         if fstype == "cgroup2" and v2_path is not None:
-            top = _inside(point, root, "/")
-            have = set(_read(Path(point) / "cgroup.controllers").split())
-            for name in CONTROLLERS:
-                if name in have and name not in found:
+            # a process is in one v2 cgroup only: one parent for every controller, the first one's (memory)
+            have = [c for c in CONTROLLERS if c in _read(Path(point) / "cgroup.controllers").split()]
+            parent = None
+            for name in have:
+                if parent is None:
                     parent = _v2_parent(Path(point), _inside(point, root, v2_path), name)
-                    if parent is not None:
-                        found[name] = Place(2, parent)
-                    elif top is not None:
+                    if parent is None:
                         why.append(f"no cgroup v2 subtree this user may write has {name}")
+                if parent is not None and _v2_usable(parent, Path(point), name) and name not in found:
+                    found[name] = Place(2, parent)
         elif fstype == "cgroup":
             for name in CONTROLLERS:
                 if name in opts and name not in found and name in v1_paths:
@@ -140,14 +141,18 @@ def _v2_parent(top: Path, own: Optional[Path], controller: str) -> Optional[Path
         d = d.parent
         candidates.append(d)
     for d in candidates:
-        if not (_writable(d) and os.access(d / "cgroup.subtree_control", os.W_OK)):
-            continue
-        if controller in _read(d / "cgroup.subtree_control").split():
+        if _writable(d) and os.access(d / "cgroup.subtree_control", os.W_OK) and _v2_usable(d, top, controller):
             return d
-        empty = d == top or not _read(d / "cgroup.procs").strip()  # no process of its own in the way
-        if controller in _read(d / "cgroup.controllers").split() and empty:
-            return d  # it can be enabled there
     return None
+
+
+def _v2_usable(d: Path, top: Path, controller: str) -> bool:
+    """Whether groups below `d` can have the controller: enabled there, or to be enabled (no process of
+    d's own in the way, but at the root)."""
+    if controller in _read(d / "cgroup.subtree_control").split():
+        return True
+    empty = d == top or not _read(d / "cgroup.procs").strip()
+    return controller in _read(d / "cgroup.controllers").split() and empty
 
 
 @dataclass
