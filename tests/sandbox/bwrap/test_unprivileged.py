@@ -216,3 +216,47 @@ print(json.dumps({{"scores": [r["score"] for r in result.records], "errors": [r[
     assert got["scores"] == [1.0] * 4 and got["errors"] == [None] * 4, got
     assert got["pool"]["recycled"] == 0 and got["pool"]["started"] >= 4
     assert _sandbox_folders(as_user) == before  # every sandbox of the run removed
+
+
+def test_without_a_cgroup_memory_is_rlimit_as_and_cgroup_mode_refuses(as_user):
+    """The user may write no cgroup here: RLIMIT_AS holds --memory (a shared mapping past it fails, the
+    sandbox answers after), the host still finds the sandbox's processes (by pid namespace) and sees
+    its filter, normal work runs under the default 4g of address space; INSANDBOX_BWRAP_MEMORY=cgroup
+    refuses in one line."""
+    from tests.sandbox.bwrap.test_isolation import SHARED_MAPPING
+
+    got = as_user.json(START + f"""
+from insandbox.sandbox import SetupError
+async def main():
+    out = {{}}
+    sb = create_sandbox(SandboxSpec(run_id="mem", limits=SandboxLimits(network="none", memory="64m")), "bwrap")
+    await sb.start()
+    out["held"], out["group"] = sb.info()["limits_held"]["memory"], sb.info()["cgroup"]
+    out["mapping"] = (await sb.run({SHARED_MAPPING!r}, timeout=60)).output
+    await sb.run("sleep 300 &")
+    await asyncio.sleep(0.5)
+    out["tasks"] = sorted(open(f"/proc/{{p}}/comm").read().strip() for p in sb.host_tasks())
+    out["alive"] = (await sb.run("echo alive")).output
+    await sb.close()
+    sb = create_sandbox(SandboxSpec(run_id="work", limits=SandboxLimits(network="none")), "bwrap")
+    await sb.start()
+    out["work"] = (await sb.run("python3 -c 'from concurrent.futures import ThreadPoolExecutor as T; "
+                                "print(sum(T(16).map(abs, range(100))))' && pip --version | cut -d' ' -f1 && "
+                                "echo 'int main(void) {{ return 7; }}' > /tmp/t.c && gcc -o /tmp/t /tmp/t.c; "
+                                "/tmp/t; echo rc=$?", timeout=120)).output
+    await sb.close()
+    os.environ["INSANDBOX_BWRAP_MEMORY"] = "cgroup"
+    sb = create_sandbox(SandboxSpec(run_id="req", limits=SandboxLimits(network="none", memory="64m")), "bwrap")
+    try:
+        await sb.start()
+        out["refused"] = None
+    except SetupError as e:
+        out["refused"] = str(e)
+    print(json.dumps(out))
+asyncio.run(main())
+""")
+    assert got["held"].startswith("RLIMIT_AS") and got["group"] is None
+    assert "all touched" not in got["mapping"] and "Cannot allocate memory" in got["mapping"], got["mapping"]
+    assert got["tasks"] == ["bash", "python3", "sleep"] and got["alive"] == "alive\n", got
+    assert got["work"].split() == ["4950", "pip", "rc=7"], got["work"]
+    assert got["refused"] and "needs a cgroup" in got["refused"] and "\n" not in got["refused"], got["refused"]

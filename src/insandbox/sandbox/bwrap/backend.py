@@ -6,8 +6,14 @@ Life of a sandbox: its folder (launch.Folder: the overlay's upper layer, its /et
 the command (launch.py) -> the server's source over stdin -> ready. Commands and small files go to the
 server; big files, folders copied in, and anything while the server is busy or gone, on the host side
 through the sandbox's root (hostside.py). `close()` ends the server (stdin EOF), kills what is left
-and removes the folder. If this process dies, stdin reaches EOF and --die-with-parent takes the
-sandbox down with it; `insandbox clean --backend bwrap` removes the folder.
+and removes the folder and the cgroup. If this process dies, stdin reaches EOF and --die-with-parent
+takes the sandbox down with it; `insandbox clean --backend bwrap` removes the folder and the cgroup.
+
+What the host checks from outside once the server answers, refusing the sandbox in one line when one
+fails: its init runs under the seccomp filter (seccomp.py: /proc/<pid>/status), with the resource limits
+asked for (/proc/<pid>/limits), inside its cgroup with its memory limit (cgroup.py). The cgroup also
+gives the host the sandbox's processes (`host_tasks`) and the kernel's OOM kills (`oom_kills_seen`,
+each command's `oom_kills`); without one, the processes are found by their pid namespace.
 
 What it cannot do, it declares (Capabilities) and the rest of insandbox refuses in one line or does
 another way: no recycling (the pool starts fresh sandboxes ahead), no snapshots (no fork), no disk
@@ -25,11 +31,14 @@ import uuid
 from pathlib import Path
 from typing import ClassVar, Optional
 
+from ...core import defaults
 from .. import admission, rootfs
 from ..base import (
     Capabilities,
+    CommandResult,
     Leftover,
     Progress,
+    SandboxBrokenByItself,
     SandboxError,
     SandboxSpec,
     SetupError,
@@ -37,7 +46,7 @@ from ..base import (
 from ..channel import STREAM_LIMIT, PipeChannel, server_source
 from ..owner import owner_label, process_start
 from ..servercommands import ServerCommands
-from . import hostside, launch
+from . import cgroup, hostside, launch, seccomp
 from . import network as network_mod
 
 NETWORKS = ("none", "bridge", "host")
@@ -58,6 +67,21 @@ def _network_refusal(network: str) -> str:
                 "--network bridge reaches PyPI without this machine's loopback, --network host reaches all this "
                 "machine reaches")
     return f"the bwrap backend cannot --network {network}: it knows none, bridge and host"
+
+
+def _cgroup_places(limits) -> dict[str, cgroup.Place]:
+    """Where this sandbox's cgroup goes ({} for none); SetupError where --memory must have one and cannot."""
+    try:
+        mode = cgroup.mode()
+    except ValueError as e:
+        raise SetupError(str(e)) from None
+    if mode == "rlimit":
+        return {}
+    found, why = cgroup.places()
+    if mode == "cgroup" and limits.memory and "memory" not in found:
+        raise SetupError(f"--memory {limits.memory} needs a cgroup ({cgroup.MODE_ENV}=cgroup) and this user may write "
+                         f"none here: {why}")
+    return found
 
 
 def find_rootfs(image: str, on_status: Progress = lambda text: None) -> rootfs.RootFS:
@@ -95,7 +119,7 @@ def check_host(fs: rootfs.RootFS) -> str:
     `true` through the whole chain (user namespace, overlay, bwrap), once per process."""
     if str(fs.tree) in _CHECKED:
         return _CHECKED[str(fs.tree)]
-    why = launch.tools_missing() or hostside.why_unavailable()
+    why = seccomp.unsupported() or launch.tools_missing() or hostside.why_unavailable()
     if not why:
         why = _probe(fs)
     _CHECKED[str(fs.tree)] = why
@@ -106,15 +130,19 @@ def _probe(fs: rootfs.RootFS) -> str:
     from ..base import SandboxLimits
 
     folder = launch.Folder(f"probe-{os.getpid()}-{uuid.uuid4().hex[:6]}")
+    filter_fd = None
     try:
         folder.create(owner_label(), "none")
+        filter_fd = seccomp.pipe_with(seccomp.program())
         argv = launch.command(fs, folder, SandboxLimits(memory=None, cpus=None, pids=None, network="none", disk=None),
-                              {"PATH": rootfs.DEFAULT_PATH}, "/", info_fd=2, program=["true"])
+                              {"PATH": rootfs.DEFAULT_PATH}, "/", info_fd=2, seccomp_fd=filter_fd, program=["true"])
         r = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                           text=True, timeout=60)
+                           text=True, timeout=60, pass_fds=(filter_fd,))
     except (OSError, ValueError, subprocess.SubprocessError) as e:
         return str(e)
     finally:
+        if filter_fd is not None:
+            os.close(filter_fd)
         folder.remove()
     if r.returncode == 0:
         return ""
@@ -122,6 +150,8 @@ def _probe(fs: rootfs.RootFS) -> str:
     err = " ".join(err.split())[-300:] or f"exit code {r.returncode}"
     if r.returncode == 125:
         return f"overlayfs cannot be mounted in a user namespace here (Linux 5.11 or newer needed): {err}"
+    if r.returncode == 124:
+        return f"sysfs cannot be mounted in a network namespace of this user's here: {err}"
     return err
 
 
@@ -144,6 +174,7 @@ class BwrapSandbox(hostside.HostSideFiles, ServerCommands):
         self._closed = False
         self._slot: Optional[admission.Slot] = None
         self.slirp: Optional[network_mod.Slirp] = None  # --network bridge's way out
+        self.group: Optional[cgroup.Group] = None  # its cgroup, where this user may make one
         self.uses = 0
 
     # ------------------------------------------------------------------ the backend
@@ -158,6 +189,7 @@ class BwrapSandbox(hostside.HostSideFiles, ServerCommands):
             raise SetupError(why)
         if lim.runtime:
             raise SetupError(f"the bwrap backend has no OCI runtimes (--runtime {lim.runtime})")
+        _cgroup_places(lim)  # --memory refused here when it must have a cgroup and cannot
         fs = await asyncio.to_thread(find_rootfs, spec.image, on_status)
         why = await asyncio.to_thread(check_host, fs)
         if why:
@@ -184,6 +216,8 @@ class BwrapSandbox(hostside.HostSideFiles, ServerCommands):
                         if _bwrap_alive(process) is None:
                             break
                         time.sleep(0.05)
+                if cgroup.leftover(launch.cgroups_of(path)):
+                    continue  # a process of it still there: the folder stays, with what names its cgroup
                 rootfs.remove_tree(path)
             run_id = path.name.removeprefix("insandbox-").rpartition("-")[0]  # insandbox-<run id>-<6 hex>
             removed.append(Leftover(id=path.name, name=str(path), run_id=run_id, reason=reason,
@@ -205,7 +239,8 @@ class BwrapSandbox(hostside.HostSideFiles, ServerCommands):
                 _kill(sb.proc.pid)
             if sb.slirp is not None:
                 sb.slirp.kill()
-            if sb.folder is not None:
+            gone = sb.group.remove(0.5) if sb.group is not None else True
+            if sb.folder is not None and gone:  # else it stays for `clean`, which names the cgroup from it
                 sb.folder.remove()
             LIVE.pop(sb.name, None)
 
@@ -219,7 +254,7 @@ class BwrapSandbox(hostside.HostSideFiles, ServerCommands):
     def _fresh_attempt(self) -> None:
         self.name = f"insandbox-{self.spec.run_id or 'x'}-{uuid.uuid4().hex[:6]}"
         self.folder, self.proc, self.channel, self.child_pid, self._closed = None, None, None, None, False
-        self.slirp = None
+        self.slirp, self.group = None, None
 
     async def _start_once(self, slot: admission.Slot) -> None:
         self._slot = slot
@@ -228,27 +263,39 @@ class BwrapSandbox(hostside.HostSideFiles, ServerCommands):
         if why:
             raise SetupError(why)
         try:
+            places = _cgroup_places(lim)
             self.rootfs = await asyncio.to_thread(find_rootfs, self.spec.image)
             t0 = time.perf_counter()
             self.folder = launch.Folder(self.name)
             await asyncio.to_thread(self.folder.create, owner_label(), lim.network)
             LIVE[self.name] = self
+            if places:
+                try:
+                    self.group = cgroup.Group.make(self.name, places, lim.memory_bytes, lim.pids, lim.cpus)
+                except OSError as e:
+                    raise SetupError(f"could not make the sandbox's cgroup: {e}") from None
+                self.folder.note_cgroups(self.group.paths)
             env = launch.environment(self.rootfs, self.spec.env)
             workdir = self.spec.workdir or self.rootfs.workdir or "/"
+            filter_r = seccomp.pipe_with(seccomp.program())
             info_r, info_w = os.pipe()
             try:
-                argv = launch.command(self.rootfs, self.folder, lim, env, workdir, info_w)
+                argv = launch.command(self.rootfs, self.folder, lim, env, workdir, info_w, filter_r, self.group)
                 self.proc = await asyncio.create_subprocess_exec(
                     *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                    stderr=asyncio.subprocess.PIPE, pass_fds=(info_w,), limit=STREAM_LIMIT,
+                    stderr=asyncio.subprocess.PIPE, pass_fds=(info_w, filter_r), limit=STREAM_LIMIT,
                     start_new_session=True)  # Ctrl-C at the terminal is ours to handle, not the sandbox's
             finally:
                 os.close(info_w)
+                os.close(filter_r)
             self.folder.note_process(self.proc.pid, process_start(self.proc.pid))
             self.channel = PipeChannel(self.proc.stdin, self.proc.stdout, self.proc.stderr, self.name)
             t1 = time.perf_counter()
             self.child_pid = await self._child_pid(info_r)
             self.server_info = await self.channel.handshake(server_source())
+            why = self._refusal()
+            if why:
+                raise SandboxError(f"sandbox {self.name} refused: {why}")
             if lim.network == "bridge":  # once bwrap is done with the namespace (it sets up loopback), before
                 self.slirp = network_mod.Slirp()  # any command
                 await self.slirp.start(self.child_pid)
@@ -259,6 +306,53 @@ class BwrapSandbox(hostside.HostSideFiles, ServerCommands):
             raise
         self.timings.update(create_s=t1 - t0, ready_s=time.perf_counter() - t1)
         self.uses = 1
+
+    def _refusal(self) -> str:
+        """Why the started sandbox is not the one asked for, read from outside ("" when it is): the
+        server answered, so its init runs what it was given, after bwrap set everything up."""
+        pid = self.child_pid
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+            limits_text = Path(f"/proc/{pid}/limits").read_text()
+        except OSError as e:
+            return f"its init cannot be read from outside ({e.strerror})"
+        why = seccomp.refusal(status, Path("/proc/self/status").read_text())
+        if why:
+            return why
+        lim = self.spec.limits
+        why = launch.limits_refusal(limits_text, launch.rlimits(lim, bool(self.group and self.group.holds("memory"))))
+        if why or self.group is None:
+            return why
+        why = self.group.member(pid)
+        if not why and lim.memory_bytes and self.group.memory_limit() != lim.memory_bytes:
+            why = f"its cgroup's memory limit reads {self.group.memory_limit()}, not {lim.memory_bytes}"
+        return why
+
+    # ------------------------------------------------------------------ facts read from outside
+    def host_tasks(self) -> list[int]:
+        """The host's pids of the sandbox's processes (its pid namespace), read from outside: from its
+        cgroup where it has one, else from every process of this host."""
+        ns = _pid_ns(self.child_pid) if self.child_pid else None
+        if ns is None:
+            return []
+        if self.group is not None:
+            candidates = self.group.tasks()
+        else:
+            candidates = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+        return sorted(p for p in candidates if _pid_ns(p) == ns)
+
+    def oom_kills_seen(self) -> Optional[int]:
+        """Processes the kernel killed in the sandbox for its memory limit so far (its cgroup's count),
+        None without a cgroup (RLIMIT_AS makes allocations fail instead)."""
+        return self.group.oom_kills() if self.group is not None else None
+
+    async def run(self, command: str, timeout: float = defaults.COMMAND_TIMEOUT_S) -> CommandResult:
+        before = self.oom_kills_seen()
+        result = await super().run(command, timeout)
+        after = self.oom_kills_seen()
+        if before is not None and after is not None:
+            result.oom_kills = after - before  # the host's count, not the server's word
+        return result
 
     async def _child_pid(self, info_r: int) -> int:
         """bwrap's --info-fd: the sandbox's init as this host numbers it (EOF without it: bwrap failed)."""
@@ -284,13 +378,27 @@ class BwrapSandbox(hostside.HostSideFiles, ServerCommands):
             raise SandboxError(f"could not start the sandbox (exit code {rc}): "
                                f"{self.channel.stderr_text() if self.channel else ''}") from None
 
+    def limits_held(self) -> dict:
+        """What holds each limit of this sandbox (None: not held)."""
+        lim, g = self.spec.limits, self.group or cgroup.Group()
+        nproc = "RLIMIT_NPROC (the sandbox's processes and threads)"
+        held = {"pids": None, "memory": None, "disk": "RLIMIT_FSIZE, per file" if lim.disk else None, "cpus": None}
+        if lim.pids:
+            held["pids"] = f"{g.describe('pids')} and {nproc}" if g.holds("pids") else nproc
+        if lim.memory:
+            held["memory"] = (f"{g.describe('memory')} (the sandbox in all), RLIMIT_DATA per process"
+                              if g.holds("memory") else
+                              "RLIMIT_AS, per process (address space: shared mappings count; not the sandbox in all)")
+        if lim.cpus and g.holds("cpu"):
+            held["cpus"] = g.describe("cpu")
+        return held
+
     def info(self) -> dict:
         lim = self.spec.limits
         return {"backend": self.backend, "image": self.spec.image, "name": self.name,
                 "folder": str(self.folder.path) if self.folder else None, "limits": vars(lim).copy(),
-                "limits_held": {"pids": "RLIMIT_NPROC (the sandbox's processes and threads)" if lim.pids else None,
-                                "memory": "RLIMIT_DATA, per process" if lim.memory else None,
-                                "disk": "RLIMIT_FSIZE, per file" if lim.disk else None, "cpus": None},
+                "limits_held": self.limits_held(),
+                "cgroup": [str(p) for p in self.group.paths] if self.group else None,
                 "disk_limit": None, **(self.rootfs.info() if self.rootfs else {}),
                 "timings": dict(self.timings), "server_info": dict(self.server_info)}
 
@@ -335,7 +443,8 @@ class BwrapSandbox(hostside.HostSideFiles, ServerCommands):
         if self._rootfd is not None:
             os.close(self._rootfd)
             self._rootfd = None
-        if self.folder is not None:
+        kept = self.group is not None and not await asyncio.to_thread(self.group.remove)
+        if self.folder is not None and not kept:  # else it stays for `clean`, which names the cgroup from it
             await asyncio.to_thread(self.folder.remove)
         LIVE.pop(self.name, None)
 
@@ -356,6 +465,10 @@ class BwrapSandbox(hostside.HostSideFiles, ServerCommands):
         except SandboxError as e:
             if self.channel.closed_reason:
                 rc = self.proc.returncode if self.proc else None
+                killed = self.oom_kills_seen()
+                if killed:  # the kernel killed in it for its memory limit: the sandbox's own doing
+                    raise SandboxBrokenByItself(f"{e} (bwrap exit code {rc}; {killed} processes killed for the "
+                                                f"memory limit)") from None
                 raise SandboxError(f"{e} (bwrap exit code {rc})") from None
             raise
 
@@ -372,6 +485,13 @@ def _bwrap_alive(process: str) -> Optional[int]:
     except OSError:
         return None
     return int(pid) if comm == "bwrap" else None
+
+
+def _pid_ns(pid: int) -> Optional[str]:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return None
 
 
 def _kill(pid: int) -> None:

@@ -1,6 +1,6 @@
 """A bwrap sandbox's network, by mode:
 
-- `none`: a network namespace of its own with only loopback (bwrap's --unshare-net);
+- `none`: a network namespace of its own with only loopback;
 - `bridge`: the same namespace, given a way out by slirp4netns, a user-mode TCP/IP stack that runs as
   this user and makes the sandbox's connections from this machine (NAT at 10.0.2.2, its DNS forwarder at
   10.0.2.3), with this machine's loopback refused (--disable-host-loopback): the internet and PyPI, not
@@ -11,10 +11,11 @@
   (docker/netfilter.py);
 - `host`: this machine's network namespace (--share-net): everything, the model server included.
 
-slirp4netns enters the sandbox's network namespace through the user namespace that owns it: bwrap's
---disable-userns puts the sandbox's processes one user namespace further in, where they have no say
-over it, so the owner is asked of the network namespace itself (NS_GET_USERNS). It exits when the pipe
-this process holds closes (--exit-fd): at close, and when this process dies.
+The network namespace is the launcher's (launch.py), made beside the user namespace it owns, and
+bwrap shares it (--share-net): the sandbox's processes live user namespaces further in, with no say
+over it. slirp4netns enters it through its owner, asked of the network namespace itself
+(NS_GET_USERNS). It exits when the pipe this process holds closes (--exit-fd): at close, and when
+this process dies.
 """
 from __future__ import annotations
 
