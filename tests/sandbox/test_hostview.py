@@ -35,6 +35,7 @@ def blind_server(monkeypatch, method: str) -> None:
     """Sandboxes started from now on run a server whose `method` returns at once, doing nothing: a
     server that looks away, as the one that skipped zombie leaders did."""
     from insandbox.sandbox import channel
+    from insandbox.sandbox.bwrap import backend as bwrap_backend
     from insandbox.sandbox.docker import backend
 
     source = channel.server_source()
@@ -44,6 +45,7 @@ def blind_server(monkeypatch, method: str) -> None:
     blind = source.replace(head + "\n", f"{head}\n{indent}    return {said}\n", 1)
     assert blind != source
     monkeypatch.setattr(backend, "server_source", lambda: blind)
+    monkeypatch.setattr(bwrap_backend, "server_source", lambda: blind)
 
 
 def task(pid, ppid, start, ns_pid=None, running=True, state="S") -> Task:

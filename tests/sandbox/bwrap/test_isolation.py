@@ -312,3 +312,24 @@ def test_a_sandbox_whose_server_the_oom_killer_took_broke_by_itself(bwrap_factor
         assert sb.oom_kills_seen() >= 1
         await sb.close()
     run_async(body())
+
+
+def test_a_timed_out_command_is_finished_and_checked_from_the_host(bwrap_factory, run_async, monkeypatch):
+    """As for Docker's sandboxes (tests/sandbox/test_hostview.py): the server here looks away after the
+    timeout, and the host finds the command's processes in the sandbox's pid namespace and kills them; a
+    background job of an earlier command lives on; the model is told "killed" because the host saw it."""
+    from tests.sandbox.test_hostview import ZOMBIE_LEADER, blind_server
+
+    blind_server(monkeypatch, "kill_command")
+
+    async def go():
+        sb = await bwrap_factory()
+        await sb.run(ZOMBIE_LEADER + "sleep 1001 &")
+        job = (await sb.run("pgrep -f 'sleep 1001'")).output.split()
+        res = await sb.run("python3 /tmp/leader.py /tmp/mark & setsid sleep 1002 & sleep 100", timeout=2)
+        assert res.timed_out and res.kill_checked and res.survivors == 0
+        left = (await sb.run("sleep 0.3; pgrep -f 'sleep 100[12]|leader' | tr '\\n' ' '")).output.split()
+        await sb.close()
+        assert left == job
+
+    run_async(go())

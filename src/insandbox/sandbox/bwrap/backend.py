@@ -44,6 +44,7 @@ from ..base import (
     SetupError,
 )
 from ..channel import STREAM_LIMIT, PipeChannel, server_source
+from ..hostview import ProcessView
 from ..owner import owner_label, process_start
 from ..servercommands import ServerCommands
 from . import cgroup, hostside, launch, seccomp
@@ -174,6 +175,7 @@ class BwrapSandbox(hostside.HostSideFiles, ServerCommands):
         self._closed = False
         self._slot: Optional[admission.Slot] = None
         self.slirp: Optional[network_mod.Slirp] = None  # --network bridge's way out
+        self._host_view: Optional[ProcessView] = None  # its processes as this machine sees them
         self.group: Optional[cgroup.Group] = None  # its cgroup, where this user may make one
         self.uses = 0
 
@@ -332,14 +334,23 @@ class BwrapSandbox(hostside.HostSideFiles, ServerCommands):
     def host_tasks(self) -> list[int]:
         """The host's pids of the sandbox's processes (its pid namespace), read from outside: from its
         cgroup where it has one, else from every process of this host."""
-        ns = _pid_ns(self.child_pid) if self.child_pid else None
-        if ns is None:
-            return []
-        if self.group is not None:
-            candidates = self.group.tasks()
-        else:
-            candidates = [int(p) for p in os.listdir("/proc") if p.isdigit()]
-        return sorted(p for p in candidates if _pid_ns(p) == ns)
+        view = self._view()
+        return sorted(view.pids() or ()) if view is not None else []
+
+    def _view(self) -> Optional[ProcessView]:
+        if self.child_pid is None:
+            return None
+        if self._host_view is None or self._host_view.init_pid != self.child_pid:
+            ns = _pid_ns(self.child_pid)
+            if ns is None:
+                return None
+            procs = Path(self.group.procs_files()[0]) if self.group is not None and self.group.paths else None
+            self._host_view = ProcessView(self.child_pid, ns, procs)
+        return self._host_view
+
+    async def _process_view(self) -> Optional[ProcessView]:
+        """For a timed-out command, what ServerCommands checks from this machine (hostview.py)."""
+        return self._view()
 
     def oom_kills_seen(self) -> Optional[int]:
         """Processes the kernel killed in the sandbox for its memory limit so far (its cgroup's count),
