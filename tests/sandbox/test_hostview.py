@@ -41,7 +41,8 @@ def blind_server(monkeypatch, method: str) -> None:
     source = channel.server_source()
     head = next(line for line in source.splitlines() if line.strip().startswith(f"def {method}("))
     indent = head[:len(head) - len(head.lstrip())]
-    said = {"end_other_processes": "(0, 0)", "put_settings_back": "[]"}.get(method, "None")  # "all is well"
+    said = {"end_other_processes": "(0, 0)", "remove_all_sysv": "(0, 0)", "put_settings_back": "[]"}.get(
+        method, "None")  # what the server says when all is well
     blind = source.replace(head + "\n", f"{head}\n{indent}    return {said}\n", 1)
     assert blind != source
     monkeypatch.setattr(backend, "server_source", lambda: blind)

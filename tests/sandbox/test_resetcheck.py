@@ -84,6 +84,18 @@ def test_settings_a_blind_server_keeps_are_found_by_the_host(sandbox_factory, ru
     run_async(go())
 
 
+def test_ipc_a_blind_server_leaves_is_found_by_the_host(sandbox_factory, run_async, monkeypatch):
+    blind_server(monkeypatch, "remove_all_sysv")
+
+    async def go():
+        sb = await sandbox_factory(recyclable=True)
+        await sb.run("ipcmk -M 4096 >/dev/null; ipcmk -Q >/dev/null")
+        with pytest.raises(SandboxError, match="2 System V IPC object"):
+            await sb.recycle()
+
+    run_async(go())
+
+
 def test_covert_channels_are_reset(sandbox_factory, run_async):
     """What a sample could leave for the next one outside the filesystem: /dev entries' times, the
     server's core dump filter, TIME_WAIT sockets. A recycled container shows what a fresh one shows."""

@@ -8,6 +8,7 @@ code; what decides is what this machine reads itself (hostview.py):
   if one remains the sandbox is discarded;
 - sockets: its network namespace holds no TCP socket (TIME_WAIT ones outlive their processes and
   tell the next sample what the last one connected to): closed from here, else discarded;
+- System V IPC: none left in its IPC namespace (read by a thread of this process that enters it);
 - its first process's settings (limits, OOM score, core dump filter, affinity, priority...) as at
   its start;
 - /dev and the emptied in-memory folders: every entry's type, mode and owner as at the start, the
@@ -83,6 +84,10 @@ def verify(view: hostview.ProcessView, baseline: Baseline) -> Outcome:
         if hostview.socket_count(view.init_pid) != 0:
             raise ResetRefused(f"{sockets} TCP socket(s) of the last sample could not be closed")
         out.sockets_closed = sockets
+    ipc = hostview.sysv_ipc_count(view.init_pid)
+    if ipc != 0:
+        raise ResetRefused("the sandbox's System V IPC cannot be read" if ipc is None else
+                           f"{ipc} System V IPC object(s) of the last sample are left")
     init = hostview.init_fingerprint(view.init_pid)
     if init != baseline.init:
         changed = sorted(k for k in baseline.init if (init or {}).get(k) != baseline.init[k])
