@@ -8,8 +8,8 @@ with the default limits, in a process of its own (so peak memories do not mix):
 - folders: 100,000 empty folders
 - long: 30,000 entries with paths of ~3,700 characters (14 nested folders of 249-character names,
   then files of 206-character names in the deepest)
-- mix: 20,000 folders, 10,000 symbolic links to 3,000-character targets, 5,000 FIFOs and 5,000
-  small files
+- mix: 40,000 names, in turn (in name order) a folder holding a folder, a symbolic link to a
+  3,000-character target, a FIFO and a 100-byte file (50,000 entries)
 
 `via server` lists the folder through the sandbox's server (the usual way); `via archive` first
 closes the channel to the server, so the engine's archive stream is the way (as when the server
@@ -47,17 +47,18 @@ EOF""",
     "mix": """python3 - <<'EOF'
 import os
 os.chdir("/testbed/output")
-for i in range(200):
-    for j in range(99):
-        os.makedirs("g%03d/h%03d" % (i, j))
 target = "/" + "t" * 3000
-for i in range(10000):
-    os.symlink(target, "link%05d" % i)
-for i in range(5000):
-    os.mkfifo("fifo%05d" % i)
-for i in range(5000):
-    with open("file%05d" % i, "w") as f:
-        f.write("x" * 100)
+for i in range(40000):
+    name = "n%05d" % i
+    if i % 4 == 0:
+        os.makedirs(name + "/sub")
+    elif i % 4 == 1:
+        os.symlink(target, name)
+    elif i % 4 == 2:
+        os.mkfifo(name)
+    else:
+        with open(name, "w") as f:
+            f.write("x" * 100)
 EOF""",
 }
 
