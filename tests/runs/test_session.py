@@ -92,3 +92,22 @@ def test_a_sessions_sandbox_cap_and_status_line_are_its_own(scripted, run_async,
     assert any(s.startswith("waiting for a sandbox to close: 1 live, --max-sandboxes 1") for s in lines.status)
     assert most[0] == 1 and capped.admission.live == 0
     assert (gate.thresholds.max_sandboxes, list(gate._reporters)) == before
+
+
+def test_a_hostile_output_folder_leaves_a_small_trajectory(scripted, run_async, tmp_path, docker_image):
+    """Regression: every entry left behind was recorded whole, so 30,000 long paths wrote a 118 MB
+    trajectory.json. The record is now the first entries, clipped, and a count of the rest."""
+    from insandbox import arun
+    from insandbox.sandbox.copyback import SKIPPED_KEPT
+
+    make = ("cd /testbed/output && mkdir $(seq -f d%04g 0 1999) && python3 -c \"import os\n"
+            "for i in range(1000): os.symlink('/' + 't' * 3000, 'l%04d' % i + 'n' * 195)\"")
+    srv = scripted({"turns": [{"tool": "execute_bash", "args": {"command": make}}, {"tool": "submit"}]})
+    result = run_async(arun("fill the output folder", model="m", base_url=srv.url, output_dir=tmp_path,
+                            image=docker_image))
+    assert result.trajectory.exit_reason == "submitted", result.trajectory.exit_detail
+    saved = Trajectory.load(tmp_path / layout.TRAJECTORY)
+    assert len(saved.output_skipped) == SKIPPED_KEPT + 1 and saved.output_skipped[-1].path == "/testbed/output/..."
+    assert "800 more" in saved.output_skipped[-1].reason
+    assert (tmp_path / layout.TRAJECTORY).stat().st_size < 300_000
+    assert len(list((tmp_path / layout.FILES).iterdir())) == 2000  # the empty folders, within the limit

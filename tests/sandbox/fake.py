@@ -131,7 +131,10 @@ class FakeSandbox:
         for p in sorted(src.rglob("*")) if src.is_dir() else []:
             rel = p.relative_to(src).as_posix()
             kind = "symlink" if p.is_symlink() else "directory" if p.is_dir() else "file"
-            decision = budget.decide(Entry(rel, kind, p.lstat().st_size))
+            entry = Entry(rel, kind, p.lstat().st_size)
+            if not budget.admit(entry):
+                break
+            decision = budget.decide(entry)
             target = host_path(Path(host_dir), rel)
             if decision.action == "copy" and target is not None:
                 target.parent.mkdir(parents=True, exist_ok=True)

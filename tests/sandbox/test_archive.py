@@ -47,3 +47,13 @@ def test_streamed_copy_back_keeps_what_fits_and_lists_the_rest(tmp_path):
     assert "outside" in reasons["../../evil.txt"] and "symbolic link to '/etc/passwd'" in reasons["link"]
     assert "FIFO" in reasons["pipe"] and "per-file limit" in reasons["big.bin"]
     assert not (tmp_path / "evil.txt").exists() and not (dest / "link").exists() and not (dest / "pipe").exists()
+
+
+def test_a_member_header_past_its_bound_stops_the_stream(tmp_path):
+    """tarfile reads a member's long name or pax records whole before the member: one of 2 MiB (a
+    path no listing would pass) stops the stream there, recorded, with what came before kept."""
+    chunks = _tar([(_member("output/first.txt"), b"one"), (_member("output/" + "a/" * (1 << 20) + "x"), b"x"),
+                   (_member("output/last.txt"), b"two")])
+    budget = CopyBudget(CopyLimits())
+    assert extract_streamed(chunks, tmp_path / "dest", budget) == ["first.txt"]
+    assert budget.stopped and "member header of" in budget.skipped[-1].reason

@@ -169,7 +169,8 @@ _declare("max_output_file_size", str, format_size(defaults.COPY_MAX_FILE_BYTES),
          read=_bytes("--max-output-file-size"))
 _declare("max_output_size", str, format_size(defaults.COPY_MAX_TOTAL_BYTES), "Copy-back: at most this much in all, "
          "e.g. 1g ('none': no limit).", S, field="output_max_bytes", read=_bytes("--max-output-size"))
-_declare("max_output_files", int, defaults.COPY_MAX_FILES, "Copy-back: at most this many files (0: no limit).", S,
+_declare("max_output_files", int, defaults.COPY_MAX_ENTRIES, "Copy-back: at most this many entries of the output "
+         "folder, folders, links and special files counted as files are (0: no limit).", S,
          field="output_max_files", read=_zero_is_none)
 _declare("max_sandboxes", Optional[int], None, "Live sandboxes at most; more starts wait for one to close. Starts also "
          "wait while the host lacks memory, pids, open files or bridge ports [env INSANDBOX_MAX_SANDBOXES; default: no "

@@ -198,7 +198,7 @@ class CopyBack(BaseModel):
 
     output_max_file_bytes: Optional[int] = Field(default=defaults.COPY_MAX_FILE_BYTES, ge=0)
     output_max_bytes: Optional[int] = Field(default=defaults.COPY_MAX_TOTAL_BYTES, ge=0)
-    output_max_files: Optional[int] = Field(default=defaults.COPY_MAX_FILES, ge=0)
+    output_max_files: Optional[int] = Field(default=defaults.COPY_MAX_ENTRIES, ge=0)  # entries of any kind
 
     def copy_limits(self) -> CopyLimits:
         from ..sandbox import CopyLimits

@@ -24,4 +24,5 @@ TOOL_FORMAT = "native"  # tools as the API's structured tools (text: in the syst
 # copy-back of the output folder
 COPY_MAX_FILE_BYTES = 512 * 1024 ** 2
 COPY_MAX_TOTAL_BYTES = 1024 ** 3
-COPY_MAX_FILES = 10_000
+COPY_MAX_ENTRIES = 10_000  # files, folders, links and special files alike
+COPY_MAX_LISTING_BYTES = 4 * 1024 ** 2  # the folder's listing (its paths, as JSON), whatever the other limits

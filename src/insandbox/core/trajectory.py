@@ -4,8 +4,8 @@
 per model call with what the numbers are about: latency, tokens, every tool call with
 its observation, exit code and duration. A model request that failed for good is in
 `failed_requests` (its time counts in the totals). Entries of the output folder that were
-not copied back are in `output_skipped`, with the reason. Readers should check
-`schema_version`.
+not copied back are in `output_skipped`, with the reason: a bounded record (the first ones,
+then how many more by reason; sandbox/copyback.py). Readers should check `schema_version`.
 
 Cost: `price` is the price the model's calls were charged at (pricing.py: which entry of the
 price table, or "local", or "unknown"); each step's `cost_usd` follows from its tokens, and

@@ -147,11 +147,15 @@ class SandboxSpec:
 
 @dataclass
 class CopyLimits:
-    """What copy_out brings back at most; anything past a limit is skipped and recorded."""
+    """What copy_out brings back at most (None: no limit); anything past a limit is skipped and recorded.
+    `max_entries` counts every entry of the folder (files, folders, symbolic links, FIFOs, sockets,
+    devices): past it the rest is not looked at. `max_listing_bytes` bounds the listing itself (its
+    entries as JSON, long paths and link targets included) and always applies."""
 
     max_file_bytes: Optional[int] = defaults.COPY_MAX_FILE_BYTES
     max_total_bytes: Optional[int] = defaults.COPY_MAX_TOTAL_BYTES
-    max_files: Optional[int] = defaults.COPY_MAX_FILES
+    max_entries: Optional[int] = defaults.COPY_MAX_ENTRIES
+    max_listing_bytes: int = defaults.COPY_MAX_LISTING_BYTES
 
 
 @dataclass
@@ -258,7 +262,8 @@ class Sandbox(Protocol):
 
     async def copy_out(self, container_dir: str, host_dir: Path, limits: Optional[CopyLimits] = None) -> CopyResult:
         """Copy the regular files under container_dir into host_dir, file by file within the limits;
-        links, FIFOs, devices and whatever exceeds a limit are skipped and listed with the reason."""
+        links, FIFOs, devices and whatever exceeds a limit are skipped and listed with the reason (the
+        first few one by one, the rest counted by reason: see copyback.py)."""
 
     async def close(self) -> None:
         """Remove the sandbox. Safe to call twice and after failures."""

@@ -16,7 +16,7 @@ from typing import Any, Optional
 
 from .base import SandboxError, ServerError
 
-STREAM_LIMIT = 64 * 1024 * 1024  # a reply line can hold a big (already clipped) output
+STREAM_LIMIT = 64 * 1024 * 1024  # a reply line can hold a big (already clipped) output; a longer one ends the channel
 _SERVER_SOURCE: Optional[str] = None
 
 
@@ -40,6 +40,7 @@ class ServerChannel:
         self.ids = itertools.count(1)
         self.pending: dict[int, asyncio.Future] = {}
         self.unanswered: set[int] = set()  # sent and not yet answered, waited for or not
+        self.reply_limits: dict[int, int] = {}  # request id -> the most bytes its reply may take
         self.ready: asyncio.Future = asyncio.get_running_loop().create_future()
         self.stderr = collections.deque(maxlen=50)  # last lines the server wrote to stderr
         self.closed_reason: Optional[str] = None
@@ -59,14 +60,18 @@ class ServerChannel:
             raise SandboxError(f"sandbox {self.name} did not start its server within {timeout:.0f}s; "
                                f"stderr: {self.stderr_text()}") from None
 
-    async def request(self, op: str, wait_s: float, **fields: Any) -> dict:
-        """Send one request; wait at most wait_s for its reply."""
+    async def request(self, op: str, wait_s: float, *, reply_limit: Optional[int] = None, **fields: Any) -> dict:
+        """Send one request; wait at most wait_s for its reply. A reply line longer than reply_limit
+        bytes (STREAM_LIMIT at most) while it is the only one awaited ends the channel: the server
+        was told the bound and broke it."""
         if self.closed_reason:
             raise SandboxError(f"sandbox {self.name} is gone: {self.closed_reason}")
         rid = next(self.ids)
         fut = asyncio.get_running_loop().create_future()
         self.pending[rid] = fut
         self.unanswered.add(rid)
+        if reply_limit is not None:
+            self.reply_limits[rid] = min(reply_limit, STREAM_LIMIT)
         try:
             self.writer.write(json.dumps({"id": rid, "op": op, **fields}).encode() + b"\n")
             await self.writer.drain()
@@ -82,6 +87,7 @@ class ServerChannel:
             raise SandboxError(f"sandbox {self.name} did not answer within {wait_s:.0f}s") from None
         finally:
             self.pending.pop(rid, None)
+            self.reply_limits.pop(rid, None)
             if not fut.done():
                 fut.cancel()
             elif not fut.cancelled():
@@ -102,16 +108,28 @@ class ServerChannel:
     def _note_stderr(self, data: bytes) -> None:
         self.stderr.extend(data.decode(errors="replace").splitlines())
 
+    def _line_limit(self) -> int:
+        """The most bytes the next reply line may take: a bounded request's bound while only bounded
+        requests are awaited (the server answers one at a time), else STREAM_LIMIT."""
+        limits = [self.reply_limits.get(rid) for rid in self.unanswered]
+        return max(limits) if limits and None not in limits else STREAM_LIMIT
+
     def _feed(self, data: bytes) -> None:
-        """Bytes of the server's stdout: every complete line is a reply."""
+        """Bytes of the server's stdout: every complete line is a reply. One that grows past its bound
+        is refused before it is read whole (an exception here ends the channel)."""
         buf = self._buf
+        start = len(buf)  # what is already buffered holds no newline
         buf += data
         while True:
-            nl = buf.find(b"\n")
+            nl = buf.find(b"\n", start)
+            limit = self._line_limit()
+            if (nl < 0 and len(buf) > limit) or nl > limit:
+                raise SandboxError(f"a reply of more than {limit:,} bytes, past the bound of what was asked")
             if nl < 0:
                 break
             line = bytes(buf[:nl])
             del buf[: nl + 1]
+            start = 0
             if line.strip():
                 self._dispatch(json.loads(line))
 

@@ -28,11 +28,11 @@ from .base import (
     SandboxFileError,
     ServerError,
 )
-from .copyback import CopyBudget, Entry, host_path, link_or_copy
+from .copyback import CopyBudget, Entry, human_size, link_or_copy
 from .guest import protocol
 
 MAX_LINK_HOPS = 8
-LIST_MAX_ENTRIES = 100_000
+LIST_REPLY_SLACK_BYTES = 64 * 1024  # a listing's reply beyond its entries (the reply's own fields)
 READ_BATCH_BYTES = 8 << 20  # small files per copy-back request
 CHANNEL_GRACE_S = 30.0  # beyond an operation's own time, before the sandbox is called dead
 
@@ -148,16 +148,21 @@ class ServerFiles:
         """File by file: the server lists the folder (never following links), the budget picks what
         fits, small files come in batches through the server and big ones one by one the backend's
         way. Without the server (busy or gone) the backend copies the folder its own way, by the same
-        rules."""
+        rules. The listing is asked for within the budget's bounds (one entry more than the limit, to
+        know there are more) and a reply past them is refused: the server is in the sandbox."""
         host_dir = Path(host_dir)
         host_dir.mkdir(parents=True, exist_ok=True)
         budget = CopyBudget(limits)
         root = container_dir.rstrip("/") or "/"
         listing = None
         if self._channel_free():
+            lim = budget.limits
             try:
-                listing = await self._request(protocol.LIST_TREE, CHANNEL_GRACE_S, path=root,
-                                              max_entries=LIST_MAX_ENTRIES)
+                asked = None if lim.max_entries is None else lim.max_entries + 1
+                listing = listed_entries(await self._request(
+                    protocol.LIST_TREE, CHANNEL_GRACE_S, path=root, max_entries=asked,
+                    max_bytes=lim.max_listing_bytes, reply_limit=lim.max_listing_bytes + LIST_REPLY_SLACK_BYTES),
+                    asked)
             except (SandboxError, OperationError):
                 listing = None
         if listing is None:
@@ -166,24 +171,28 @@ class ServerFiles:
             files = await self._copy_listed(root, listing, host_dir, budget)
         return CopyResult(files, budget.skipped)
 
-    async def _copy_listed(self, root: str, listing: dict, dest: Path, budget: CopyBudget) -> list[str]:
-        if listing.get("truncated"):
-            budget.skip("...", f"the folder holds more than {LIST_MAX_ENTRIES:,} entries; the rest were not looked at")
+    async def _copy_listed(self, root: str, listing: tuple[list[Entry], bool], dest: Path,
+                           budget: CopyBudget) -> list[str]:
+        entries, truncated = listing
         small, big, links = [], [], []
-        for raw in listing["entries"]:
-            key = tuple(raw["link_key"]) if raw.get("link_key") else None
-            e = Entry(raw["path"], raw["kind"], int(raw.get("size") or 0), key, raw.get("target", ""))
-            target = host_path(dest, e.path)
+        for e in entries:
+            if not budget.admit(e):
+                break
+            target = budget.place(dest, e)
             if target is None:
-                budget.skip(e.path, "its path leads outside the output folder")
                 continue
             d = budget.decide(e)
             if d.action == "dir":
-                target.mkdir(parents=True, exist_ok=True)
+                try:
+                    target.mkdir(exist_ok=True)
+                except OSError as err:
+                    budget.skip(e.path, f"not made on the host: {err.strerror}")
             elif d.action == "copy":
                 (small if e.size <= self.spec.fast_file_max_bytes else big).append((e, target))
             elif d.action == "link":
                 links.append((d.source, e))
+        if truncated:  # short of the entries asked for (else the budget stopped at the one past its limit)
+            budget.stop_listing()
         written: list[str] = []
         for batch in batches(small, READ_BATCH_BYTES):
             reply = await self._request(protocol.READ_MANY, CHANNEL_GRACE_S, files=[
@@ -193,14 +202,24 @@ class ServerFiles:
                 if "error" in item:
                     budget.skip(e.path, f"not copied: {item['error']}", e.size)
                     continue
-                target.parent.mkdir(parents=True, exist_ok=True)
-                hostfiles.write_bytes(target, base64.b64decode(item["data"]))
+                data = base64.b64decode(item["data"])
+                room = budget.room(e)
+                if len(data) > max(e.size, self.spec.fast_file_max_bytes) or (room is not None and len(data) > room):
+                    budget.skip(e.path, f"grew to {human_size(len(data))} while copying, past the limits", e.size)
+                    continue
+                try:
+                    hostfiles.write_bytes(target, data)
+                except OSError as err:
+                    budget.skip(e.path, f"not written on the host: {err.strerror}", e.size)
+                    continue
+                budget.wrote(e, len(data))
                 written.append(e.path)
         for e, target in big:
-            why = await self._fetch_elsewhere(f"{root}/{e.path}", target, budget.limits.max_file_bytes)
+            why = await self._fetch_elsewhere(f"{root}/{e.path}", target, budget.room(e))
             if why:
                 budget.skip(e.path, why, e.size)
             else:
+                budget.wrote(e, target.stat().st_size)
                 written.append(e.path)
         copied = set(written)
         for first, e in links:
@@ -209,6 +228,25 @@ class ServerFiles:
             else:
                 budget.skip(e.path, f"hard link to {first!r}, which was not copied", e.size)
         return written
+
+
+def listed_entries(reply: dict, max_entries: Optional[int]) -> Optional[tuple[list[Entry], bool]]:
+    """The entries of a listing's reply (no more than were asked for) and whether the server stopped
+    early, or None when the reply is not a listing (then the backend walks the folder its own way)."""
+    raw, truncated = reply.get("entries"), reply.get("truncated")
+    if not isinstance(raw, list) or not isinstance(truncated, bool):
+        return None
+    if max_entries is not None and len(raw) > max_entries:  # the server is not trusted to keep the bound
+        raw, truncated = raw[:max_entries], True
+    out = []
+    for item in raw:
+        try:
+            key = item.get("link_key")
+            out.append(Entry(str(item["path"]), str(item["kind"]), max(0, int(item.get("size") or 0)),
+                             (int(key[0]), int(key[1])) if key else None, str(item.get("target", ""))))
+        except (AttributeError, KeyError, TypeError, ValueError, IndexError):
+            return None
+    return out, truncated
 
 
 def batches(items: list, max_bytes: int) -> list[list]:

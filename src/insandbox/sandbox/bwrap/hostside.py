@@ -13,6 +13,7 @@ the sandbox's last process is gone, so a dead sandbox's outputs still come back.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import ctypes
 import errno
 import os
@@ -23,7 +24,7 @@ from typing import Optional
 
 from ...core import hostfiles
 from ..base import DIRECTORY, FILE, SYMLINK, FileStat, SandboxError, SandboxFileError
-from ..copyback import CopyBudget, Entry, host_path, human_size, link_or_copy
+from ..copyback import CopyBudget, Entry, human_size, link_or_copy
 from ..serverfiles import ServerFiles, not_a_file
 
 SYS_OPENAT2 = 437  # the same number on every architecture (it came after the syscall tables were unified)
@@ -297,51 +298,64 @@ class HostSideFiles(ServerFiles):
         return await asyncio.to_thread(self._copy_walk, root, dest, budget)
 
     def _copy_walk(self, root: str, dest: Path, budget: CopyBudget) -> list[str]:
-        """The server's listing and fetching, done here: every entry under root, links never followed."""
+        """The server's listing and fetching, done here: every entry under root, links never followed.
+        A folder waits its turn as its path below root and is opened when it comes (beneath root,
+        through no link at all), so the walk holds two descriptors whatever the folder holds; of a
+        folder's names no more are read than the budget has room for."""
         try:
             top = openat2(self._root(), root, os.O_RDONLY | os.O_DIRECTORY)
         except OSError:
             return []
         written: list[str] = []
+        copied: set[str] = set()
         links: list[tuple[str, Entry]] = []
-        todo: list[tuple[str, int]] = [("", top)]
-        while todo:
-            rel, dirfd = todo.pop()
-            try:
-                with os.scandir(dirfd) as it:
-                    names = sorted(e.name for e in it)
-                for name in names:
-                    sub = f"{rel}/{name}" if rel else name
-                    try:
-                        st = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
-                        target = os.readlink(name, dir_fd=dirfd) if stat.S_ISLNK(st.st_mode) else ""
-                    except OSError:
-                        continue
-                    key = (st.st_dev, st.st_ino) if stat.S_ISREG(st.st_mode) and st.st_nlink > 1 else None
-                    e = Entry(sub, kind(st.st_mode), st.st_size, key, target)
-                    out = host_path(dest, e.path)
-                    if out is None:
-                        budget.skip(e.path, "its path leads outside the output folder")
-                        continue
-                    d = budget.decide(e)
-                    if d.action == "dir":
-                        out.mkdir(parents=True, exist_ok=True)
+        todo = [""]
+        try:
+            while todo and not budget.stopped:
+                rel = todo.pop()
+                try:
+                    dirfd = openat2(top, rel, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW,
+                                    resolve=_WALK_RESOLVE) if rel else os.dup(top)
+                except OSError as err:
+                    budget.skip(rel, f"folder not walked: {err.strerror}")
+                    continue
+                try:
+                    for name in _first_names(dirfd, budget):
+                        sub = f"{rel}/{name}" if rel else name
                         try:
-                            todo.append((sub, os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
-                                                      dir_fd=dirfd)))
+                            st = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
+                            target = os.readlink(name, dir_fd=dirfd) if stat.S_ISLNK(st.st_mode) else ""
                         except OSError:
-                            pass
-                    elif d.action == "copy":
-                        why = self._fetch_in(dirfd, name, out, budget.limits.max_file_bytes)
-                        if why:
-                            budget.skip(e.path, why, e.size)
-                        else:
-                            written.append(e.path)
-                    elif d.action == "link":
-                        links.append((d.source, e))
-            finally:
-                os.close(dirfd)
-        copied = set(written)
+                            continue
+                        key = (st.st_dev, st.st_ino) if stat.S_ISREG(st.st_mode) and st.st_nlink > 1 else None
+                        e = Entry(sub, kind(st.st_mode), st.st_size, key, target)
+                        if not budget.admit(e):
+                            break
+                        out = budget.place(dest, e)
+                        if out is None:
+                            continue
+                        d = budget.decide(e)
+                        if d.action == "dir":
+                            try:
+                                out.mkdir(exist_ok=True)
+                            except OSError as err:
+                                budget.skip(e.path, f"not made on the host: {err.strerror}")
+                                continue
+                            todo.append(sub)
+                        elif d.action == "copy":
+                            why = self._fetch_in(dirfd, name, out, budget.room(e))
+                            if why:
+                                budget.skip(e.path, why, e.size)
+                            else:
+                                budget.wrote(e, out.stat().st_size)
+                                written.append(e.path)
+                                copied.add(e.path)
+                        elif d.action == "link":
+                            links.append((d.source, e))
+                finally:
+                    os.close(dirfd)
+        finally:
+            os.close(top)
         for first, e in links:
             if first in copied and link_or_copy(dest, first, e.path):
                 written.append(e.path)
@@ -365,6 +379,28 @@ class HostSideFiles(ServerFiles):
             return _fetch_fd(fd, target, max_bytes)
         finally:
             os.close(fd)
+
+
+_WALK_RESOLVE = 0x08 | 0x04 | RESOLVE_NO_MAGICLINKS  # RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS: below root, no link
+_LEAST_ENTRY_BYTES = 40  # an entry's listing beyond its name, at the least (copyback.listed_bytes)
+
+
+def _first_names(dirfd: int, budget: CopyBudget) -> list[str]:
+    """The head of a folder's sorted names: as many as the budget can still admit, and one more (so that
+    it sees there were more), held in memory no larger however many names the folder holds."""
+    lim = budget.limits
+    most = None if lim.max_entries is None else lim.max_entries - budget.entries + 1
+    room = lim.max_listing_bytes - budget.listing_bytes
+    names: list[str] = []
+    cost = 0  # of the names kept, at the least they take in the listing
+    with os.scandir(dirfd) as it:
+        for entry in it:
+            bisect.insort(names, entry.name)
+            cost += len(entry.name) + _LEAST_ENTRY_BYTES
+            while len(names) > 1 and ((most is not None and len(names) > most)
+                                      or cost - len(names[-1]) - _LEAST_ENTRY_BYTES > room):
+                cost -= len(names.pop()) + _LEAST_ENTRY_BYTES
+    return names
 
 
 def _fetch_fd(fd: int, target: Path, max_bytes: Optional[int]) -> Optional[str]:

@@ -8,15 +8,16 @@ import shutil
 import tarfile
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Optional
 
 from ...core import hostfiles
 from ..base import BLOCK_DEVICE, CHAR_DEVICE, DIRECTORY, FIFO, FILE, SYMLINK
-from ..copyback import CopyBudget, Entry, host_path, link_or_copy
+from ..copyback import NOT_COPIED, CopyBudget, Entry, link_or_copy
 
 SPOOL_BYTES = 8 * 1024 * 1024  # tars up to this size stay in memory
+MAX_HEADER_BYTES = 1 << 20  # a member's long name or pax records, read whole by tarfile
 
 
 class ArchiveTooLarge(Exception):
@@ -126,41 +127,89 @@ def member_kind(member: tarfile.TarInfo) -> str:
     return "special file"
 
 
+class HeaderTooLarge(Exception):
+    pass
+
+
+class _BoundedHeader(tarfile.TarInfo):
+    """A member header that refuses a long name or pax record over MAX_HEADER_BYTES: tarfile reads
+    one whole into memory before the member it describes."""
+
+    def _proc_member(self, tarfile_: tarfile.TarFile) -> tarfile.TarInfo:
+        if self.type in _LONG_HEADERS and self.size > MAX_HEADER_BYTES:
+            raise HeaderTooLarge(f"a member header of {self.size:,} bytes")
+        return super()._proc_member(tarfile_)
+
+
+_LONG_HEADERS = (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK, tarfile.XHDTYPE, tarfile.XGLTYPE,
+                 tarfile.SOLARIS_XHDTYPE)
+
+
+def members(tar: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
+    """A streamed tar's members, forgetting each once the next is read (tarfile keeps every one it has
+    read in `members`, and a folder of many entries would hold them all)."""
+    while True:
+        member = tar.next()
+        tar.members.clear()
+        if member is None:
+            return
+        yield member
+
+
 def extract_streamed(chunks: Iterable[bytes], dest: Path, budget: CopyBudget, strip_first: bool = True) -> list[str]:
     """Extract a streamed tar below `dest`, member by member, as `budget` decides.
 
     Returns the files written (relative paths); what was left out is in budget.skipped. The
     archive comes from a sandbox we do not trust: links are never created from it (a second
     name of a hard-linked file becomes a link made here, to the file we wrote), and any path
-    that would land outside `dest` is skipped."""
+    that would land outside `dest` is skipped. Reading stops at the budget's bounds (entries,
+    listing bytes): the caller closes the stream, so the rest is never read."""
     written: list[str] = []
-    with tarfile.open(fileobj=io.BufferedReader(IterReader(chunks), 1 << 20), mode="r|") as tar:
-        for member in tar:
-            parts = [p for p in member.name.split("/") if p not in ("", ".")]
-            if strip_first:
-                parts = parts[1:]
-            if not parts:
-                continue
-            rel = "/".join(parts)
-            target = host_path(dest, rel)
-            if target is None:
-                budget.skip(rel, "its path leads outside the output folder")
-                continue
-            if member.islnk():  # a second name of a file earlier in the archive
-                link_parts = [p for p in member.linkname.split("/") if p not in ("", ".")]
-                first = "/".join(link_parts[1:] if strip_first else link_parts)
-                if first in written and link_or_copy(dest, first, rel):
-                    written.append(rel)
+    copied: set[str] = set()
+    dest.mkdir(parents=True, exist_ok=True)
+    reader = io.BufferedReader(IterReader(chunks), 1 << 20)
+    try:
+        with tarfile.open(fileobj=reader, mode="r|", tarinfo=_BoundedHeader) as tar:
+            for member in members(tar):
+                parts = [p for p in member.name.split("/") if p not in ("", ".")]
+                if strip_first:
+                    parts = parts[1:]
+                if not parts:
+                    continue
+                rel = "/".join(parts)
+                if member.islnk():  # a second name of a file earlier in the archive
+                    link_parts = [p for p in member.linkname.split("/") if p not in ("", ".")]
+                    first = "/".join(link_parts[1:] if strip_first else link_parts)
+                    entry = Entry(rel, FILE, member.size, link_key=(0, 0))
                 else:
-                    budget.skip(rel, f"hard link to {first!r}, which was not copied")
-                continue
-            entry = Entry(rel, member_kind(member), member.size, target=member.linkname if member.issym() else "")
-            decision = budget.decide(entry)
-            if decision.action == "dir":
-                target.mkdir(parents=True, exist_ok=True)
-            elif decision.action == "copy":
-                _write_member(tar, member, target)
-                written.append(rel)
+                    first = ""
+                    entry = Entry(rel, member_kind(member), member.size,
+                                  target=member.linkname if member.issym() else "")
+                if not budget.admit(entry):
+                    break
+                target = budget.place(dest, entry)
+                if target is None:
+                    continue
+                if member.islnk():
+                    if first in copied and link_or_copy(dest, first, rel):
+                        written.append(rel)
+                        copied.add(rel)
+                    else:
+                        budget.skip(rel, f"hard link to {first!r}, which was not copied", why=NOT_COPIED)
+                    continue
+                decision = budget.decide(entry)
+                try:
+                    if decision.action == "dir":
+                        target.mkdir(exist_ok=True)
+                    elif decision.action == "copy":
+                        _write_member(tar, member, target)
+                        written.append(rel)
+                        copied.add(rel)
+                except OSError as e:
+                    budget.skip(rel, f"not written on the host: {e.strerror}",
+                                entry.size if decision.action == "copy" else None)
+    except HeaderTooLarge as e:
+        budget.stop(f"the archive holds {e}, over {MAX_HEADER_BYTES:,}; the rest were not looked at")
     return written
 
 

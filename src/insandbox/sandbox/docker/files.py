@@ -149,10 +149,17 @@ class DockerFiles(ServerFiles):
         api = engine.api()
 
         def fetch() -> list[str]:
+            # the response is ours to close: once the budget stops reading, the engine stops sending
+            resp = api._get(api._url("/containers/{0}/archive", self.container_id), params={"path": os.fsencode(root)},
+                            stream=True, headers={"Accept-Encoding": "identity"})
             try:
-                stream, _ = api.get_archive(self.container_id, os.fsencode(root))
-            except docker.errors.NotFound:
-                return []
-            return archive.extract_streamed(stream, dest, budget, strip_first=True)
+                try:
+                    api._raise_for_status(resp)
+                except docker.errors.NotFound:
+                    return []
+                api._disable_socket_timeout(api._get_raw_response_socket(resp))  # as get_archive does
+                return archive.extract_streamed(resp.iter_content(1 << 20, False), dest, budget, strip_first=True)
+            finally:
+                resp.close()
 
         return await engine.call(fetch)

@@ -1017,8 +1017,11 @@ class Server(object):
 
     @staticmethod
     def list_tree(req):
-        """Every entry under a folder, without following links: what copy-back decides on."""
-        root, limit = req["path"], int(req.get("max_entries") or 100000)
+        """Every entry under a folder, without following links: what copy-back decides on. At most
+        max_entries (None: any number) and max_bytes of entries as JSON (each as the reply writes it,
+        with a separator), so the reply stays within what the host reads; `truncated` when more were left."""
+        root = req["path"]
+        limit, room = req.get("max_entries"), int(req.get("max_bytes") or 4 * 1024 * 1024)
         if not os.path.isdir(root):
             return {"exists": os.path.exists(root), "entries": [], "truncated": False}
         entries, todo = [], [""]
@@ -1029,6 +1032,8 @@ class Server(object):
             except OSError:
                 continue
             for name in names:
+                if limit is not None and len(entries) >= int(limit):
+                    return {"exists": True, "entries": entries, "truncated": True}
                 sub = rel + "/" + name if rel else name
                 try:
                     st = os.lstat(os.path.join(root, sub))
@@ -1043,9 +1048,10 @@ class Server(object):
                         entry["target"] = os.readlink(os.path.join(root, sub))
                     except OSError:
                         entry["target"] = "?"
-                entries.append(entry)
-                if len(entries) >= limit:
+                room -= len(json.dumps(entry)) + 2
+                if room < 0:
                     return {"exists": True, "entries": entries, "truncated": True}
+                entries.append(entry)
                 if kind == "directory":
                     todo.append(sub)
         return {"exists": True, "entries": entries, "truncated": False}
