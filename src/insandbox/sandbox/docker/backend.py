@@ -359,13 +359,14 @@ class DockerSandbox(DockerFiles, ServerCommands):
             self.not_recyclable = "; ".join(guard.get("gaps") or []) or "the server cannot protect itself"
         if self.not_recyclable:
             return
-        view = await self._process_view()
-        if view is None:
-            self.not_recyclable = "this machine cannot see the container's processes (its cgroup) to check a reset"
-            return
         try:
+            restorer = recycle.restorer_for(self._inspect)
+            view = await self._process_view()
+            if view is None:
+                raise resetcheck.ResetRefused("this machine cannot see the container's processes (its cgroup) to "
+                                              "check a reset")
             self._reset_baseline = await asyncio.to_thread(resetcheck.take, view)
-            self._restorer = recycle.restorer_for(self._inspect)
+            self._restorer = restorer
             await asyncio.to_thread(self._restorer.note_baseline)
         except (OSError, resetcheck.ResetRefused) as e:
             self._restorer = None  # not recyclable here: a pool closes it after its sample
