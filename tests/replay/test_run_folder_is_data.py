@@ -397,6 +397,19 @@ def test_a_fork_sends_nothing_to_a_model_server_the_run_folder_names_even_on_loo
             assert r.returncode == 1, r.stderr  # the branch failed on the 400, as it should
             sent = [req for req in listener.received if path in req.split(b"\r\n", 1)[0]]
             assert sent and all(b"sk-insandbox-9f2c" in req for req in sent), (provider, listener.received)
+
+        # nor does the folder decide what is spent there: another model in extra_body, many replies, more steps
+        _edit(run, lambda t: t["config"].update(provider="openai", extra_body={"model": "o1-pro", "n": 64},
+                                                max_steps=100_000))
+        mine = remote.url.replace("0.0.0.0", "127.0.0.1")
+        line = refused(tmp_path, "fork", str(run), "--step", "1", "--n", "1", "--base-url", mine)
+        assert """--extra-body '{"model": "o1-pro", "n": 64}' --max-steps 100000;""" in line
+        assert remote.requests == []
+        r = cli("fork", str(run), "--step", "1", "--n", "1", "-q", "--base-url", mine, "--extra-body", "{}",
+                "--max-steps", "5", "--output-dir", str(tmp_path / "granted"))
+        assert r.returncode == 0, r.stderr
+        assert remote.requests and all("n" not in q["params"] and q["params"].get("model") != "o1-pro"
+                                       for q in remote.requests), remote.requests
     finally:
         listener.close()
         remote.stop()

@@ -52,13 +52,14 @@ def branch_settings(recorded: RecordedRun, overrides: dict[str, Any]) -> RunConf
     base = recorded.settings.model_dump()
     given = {k: v for k, v in overrides.items() if v is not None}
     check_model_server(base.get("base_url"), given)
-    check_spending(base, given)
+    as_recorded = dict(base)
     if base.get("base_url") == "embedded" or "gguf" in given:  # a local model served by the fork itself
         base.update(model=None, base_url=None)
     elif "base_url" in given:  # another server: its own model unless one is named
         base.update(model=None)
     base.update(given)
     refuse_redacted(base, {"base_url": "--base-url", "extra_body": "--extra-body"})  # never send a "***"
+    check_spending(as_recorded, given)
     return settings(None, base)
 
 
