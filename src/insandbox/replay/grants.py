@@ -11,7 +11,7 @@ A fork's model is checked the same way. Without --base-url (or --gguf) it asks n
 folder names, not even one on this machine: whoever listens on a recorded loopback port now (another
 user, on a port that was free when the run was made) would get the conversation and whatever
 credentials the model client finds in this environment (the API key, and what the SDKs read there
-themselves: tokens, extra headers, profiles). Only the embedded model, when the run had it, or, for a
+themselves: tokens, extra headers, organisation). Only the embedded model, when the run had it, or, for a
 run that recorded no server, this user's own default (INSANDBOX_BASE_URL, else the provider's) is
 used without it. What the run spends of the user's account is not the folder's to raise either: a
 recorded extra_body (it can name another model, or ask for many replies at once) and a step limit
@@ -99,11 +99,11 @@ def check_model_server(recorded_base_url: Optional[str], overrides: dict) -> Non
     url = recorded_base_url
     if url is None or url == "embedded":
         return
+    text = str(url) if len(str(url)) <= 200 else str(url)[:200] + "..."  # a record's URL can be any length
     if isinstance(url, str) and "***" in url:  # the run held a credential there, which was never stored
-        raise UnsafeRunFolder(f"the recorded --base-url held a credential, which insandbox never stores ({url}): "
+        raise UnsafeRunFolder(f"the recorded --base-url held a credential, which insandbox never stores ({text}): "
                               "pass --base-url to give it again")
-    shown = repr(url) if len(repr(url)) <= 200 else repr(url)[:200] + "..."
-    raise UnsafeRunFolder(f"the run used the model server {shown}: a fork sends the conversation and your "
+    raise UnsafeRunFolder(f"the run used the model server {text!r}: a fork sends the conversation and your "
                           "credentials only where --base-url says, never to a server a run folder names, even on "
                           "this machine (someone else may listen on that port now); pass --base-url (the same "
                           "URL if that server is yours)")
