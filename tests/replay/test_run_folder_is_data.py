@@ -13,6 +13,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -313,28 +314,105 @@ def _this_machines_address() -> str:
             return "172.17.0.1"  # the engine's bridge
 
 
-def test_a_fork_sends_the_conversation_to_a_recorded_server_only_on_loopback(recorded, tmp_path):
-    run = _copy(recorded, tmp_path)
-    listener = ScriptedServer(BRANCH, host="0.0.0.0").start()  # noqa: S104 - the attacker's "remote" server
-    try:
-        port = listener.httpd.server_address[1]
-        for url in (f"http://{_this_machines_address()}:{port}/v1", f"http://user:***@127.0.0.1:{port}/v1",
-                    f"http://user:key@127.0.0.1:{port}/v1", "https://models.example.com/v1"):
-            _edit(run, lambda t, url=url: t["config"].update(base_url=url))
-            assert "pass --base-url" in refused(tmp_path, "fork", str(run), "--step", "1", "--n", "1")
-        assert listener.requests == []  # the conversation never left
+class Listener:
+    """Someone else's server on a port of this machine: it keeps every byte a connection sends it (the
+    request line and every header: Authorization, x-api-key, anything) and answers 400, which a model
+    client does not retry."""
 
-        # on loopback (as recorded by the real run), or given on the command line: it goes there
-        _edit(run, lambda t: t["config"].update(base_url=recorded[1].url))
-        r = cli("fork", str(run), "--step", "1", "--n", "1", "-q")
+    def __init__(self, host: str = "127.0.0.1"):
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.bind((host, 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.received: list[bytes] = []
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def url(self, host: str = "127.0.0.1") -> str:
+        return f"http://{host}:{self.port}/v1"
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn:
+                conn.settimeout(5)
+                data = b""
+                try:
+                    while b"\r\n\r\n" not in data and len(data) < 1 << 20:
+                        chunk = conn.recv(65536)
+                        if not chunk:
+                            break
+                        data += chunk
+                    conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\n"
+                                 b"Content-Length: 2\r\nConnection: close\r\n\r\n{}")
+                except OSError:
+                    pass
+                self.received.append(data)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+# every credential the model clients could find in the environment: ours, the SDKs' own, extra headers
+CREDENTIALS = {"INSANDBOX_API_KEY": "sk-insandbox-9f2c", "OPENAI_API_KEY": "sk-openai-4e1a",
+               "ANTHROPIC_API_KEY": "sk-ant-7b3d", "ANTHROPIC_AUTH_TOKEN": "ant-token-51c0",
+               "OPENAI_ORG_ID": "org-secret-88aa", "OPENAI_PROJECT_ID": "proj-secret-02fe",
+               "OPENAI_CUSTOM_HEADERS": "X-Gateway-Key: gw-openai-6d6d",
+               "ANTHROPIC_CUSTOM_HEADERS": "X-Gateway-Key: gw-ant-3c3c"}
+
+
+def test_a_fork_sends_nothing_to_a_model_server_the_run_folder_names_even_on_loopback(recorded, tmp_path,
+                                                                                        monkeypatch):
+    """Another user listens on a port of this machine that a crafted folder names (or that an honest one
+    recorded and someone took since): with every credential set in the environment, a fork without
+    --base-url never connects there, whatever the provider, --model or --api-key. Named with --base-url,
+    the same listener gets the key: it would have seen one."""
+    for name, value in CREDENTIALS.items():
+        monkeypatch.setenv(name, value)
+    listener = Listener()
+    remote = ScriptedServer(BRANCH, host="0.0.0.0").start()  # noqa: S104 - a server elsewhere
+    run = _copy(recorded, tmp_path)
+    try:
+        urls = [listener.url(), listener.url("localhost"), f"http://user:***@127.0.0.1:{listener.port}/v1",
+                f"http://{_this_machines_address()}:{remote.httpd.server_address[1]}/v1",
+                "https://models.example.com/v1"]
+        for url in urls:
+            for provider, model in (("openai", "scripted"), ("anthropic", "anthropic/claude-x")):
+                _edit(run, lambda t, url=url, p=provider, m=model: t["config"].update(base_url=url, provider=p,
+                                                                                     model=m))
+                for extra in ([], ["--model", "other"], ["--api-key", "sk-given-on-the-line"]):
+                    line = refused(tmp_path, "fork", str(run), "--step", "1", "--n", "1", *extra)
+                    assert "pass --base-url" in line and not any(v in line for v in CREDENTIALS.values()), line
+        assert listener.received == [] and remote.requests == []  # not a connection, let alone a key
+
+        # the same listener named on the command line: the key goes where the user said
+        for provider, model, path in (("openai", "m", b"/chat/completions"),
+                                      ("anthropic", "anthropic/claude-x", b"/messages")):
+            listener.received.clear()
+            r = cli("fork", str(run), "--step", "1", "--n", "1", "-q", "--base-url", listener.url(), "--provider",
+                    provider, "--model", model, "--output-dir", str(tmp_path / provider))
+            assert r.returncode == 1, r.stderr  # the branch failed on the 400, as it should
+            sent = [req for req in listener.received if path in req.split(b"\r\n", 1)[0]]
+            assert sent and all(b"sk-insandbox-9f2c" in req for req in sent), (provider, listener.received)
+
+        # nor does the folder decide what is spent there: another model in extra_body, many replies, more steps
+        _edit(run, lambda t: t["config"].update(provider="openai", extra_body={"model": "o1-pro", "n": 64},
+                                                max_steps=100_000))
+        mine = remote.url.replace("0.0.0.0", "127.0.0.1")
+        line = refused(tmp_path, "fork", str(run), "--step", "1", "--n", "1", "--base-url", mine)
+        assert """--extra-body '{"model": "o1-pro", "n": 64}' --max-steps 100000;""" in line
+        assert remote.requests == []
+        r = cli("fork", str(run), "--step", "1", "--n", "1", "-q", "--base-url", mine, "--extra-body", "{}",
+                "--max-steps", "5", "--output-dir", str(tmp_path / "granted"))
         assert r.returncode == 0, r.stderr
-        _edit(run, lambda t: t["config"].update(base_url="https://models.example.com/v1"))
-        r = cli("fork", str(run), "--step", "1", "--n", "1", "-q", "--base-url", listener.url.replace(
-            "0.0.0.0", "127.0.0.1"), "--output-dir", str(tmp_path / "given"))
-        assert r.returncode == 0, r.stderr
-        assert listener.requests
+        assert remote.requests and all("n" not in q["params"] and q["params"].get("model") != "o1-pro"
+                                       for q in remote.requests), remote.requests
     finally:
-        listener.stop()
+        listener.close()
+        remote.stop()
 
 
 def test_a_run_folder_never_chooses_the_sandbox_backend(recorded, tmp_path):

@@ -1,11 +1,10 @@
-"""Reading and making folders in a run folder without following links; what a record may ask (no engine)."""
+"""Reading and making folders in a run folder without following links (no engine)."""
 from __future__ import annotations
 
 import os
 
 import pytest
 
-from insandbox.replay.grants import check_model_server, sandbox_settings
 from insandbox.runs.safe_files import UnsafeRunFolder, check_new_folder, new_folder, read_file
 
 
@@ -53,36 +52,3 @@ def test_folders_are_made_without_following_links_and_a_used_one_is_refused(tmp_
             with pytest.raises(UnsafeRunFolder, match="is a symbolic link"):
                 call(run, rel)
     assert list(host.iterdir()) == []
-
-
-def test_a_record_gets_no_more_than_the_defaults_unless_the_caller_gives_it():
-    safe = {"network": "registries", "memory": "1g", "cpus": 1.0, "image": "insandbox:latest", "cap_add": [],
-            "env": {"A": "1"}, "input_dir": "/home/u/.ssh", "gguf": "/x", "prices": "/y", "runs_root": "/z",
-            "backend": "other", "n_ctx": 10 ** 9}
-    out, granted = sandbox_settings(safe)
-    assert out == {"network": "registries", "memory": "1g", "cpus": 1.0, "image": "insandbox:latest", "cap_add": [],
-                   "env": {"A": "1"}} and granted == []
-    for key, value, option in (("network", "host", "--network host"), ("network", "container:x", "--network "
-                                                                                                 "container:x"),
-                               ("network", "mynet", "--network mynet"), ("cap_add", ["NET_RAW"], "--cap-add NET_RAW"),
-                               ("runtime", "runsc", "--runtime runsc"), ("image", "evil:1", "--image evil:1"),
-                               ("memory", "5g", "--memory 5g"), ("memory", None, "--memory none"),
-                               ("disk", "11g", "--disk 11g"), ("pids_limit", 2048, "--pids-limit 2048"),
-                               ("output_max_file_bytes", 2 * 1024 ** 3, "--max-output-file-size 2g"),
-                               ("output_max_files", None, "--max-output-files 0")):
-        with pytest.raises(UnsafeRunFolder, match=f"asks for {option};"):
-            sandbox_settings({key: value})
-        out, granted = sandbox_settings({key: value}, {key: value})
-        assert out[key] == value and granted == [option]
-    out, granted = sandbox_settings({"network": "host"}, {"network": "none"})  # replaced, nothing granted
-    assert out["network"] == "none" and granted == []
-
-
-def test_a_fork_goes_to_the_recorded_model_server_only_on_this_machine():
-    for url in (None, "embedded", "http://127.0.0.1:8000/v1", "http://localhost:1/v1", "http://[::1]:1/v1"):
-        check_model_server(url, {})
-    for url in ("https://api.example.com/v1", "http://10.0.0.2:8000/v1", "http://0.0.0.0:8000/v1",
-                "http://u:***@127.0.0.1:1/v1", "http://u:k@localhost:1/v1", "file:///etc/passwd"):
-        with pytest.raises(UnsafeRunFolder, match="pass --base-url"):
-            check_model_server(url, {})
-        check_model_server(url, {"base_url": "http://127.0.0.1:1/v1"})

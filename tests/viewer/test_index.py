@@ -125,3 +125,33 @@ def test_a_damaged_trajectory_is_listed_as_unreadable_and_its_page_says_why(tmp_
         assert page.status_code == 422, rel
         assert "cannot be read as a trajectory" in page.text
     assert client.get(f"/r/{folder_id('good')}").status_code == 200
+
+
+def test_a_hostile_trajectory_is_listed_as_unreadable_never_a_crash(tmp_path):
+    """Nested past the parser's depth (in the file, or in a tool call's arguments), or made of so many tiny
+    values that loading it would take far more memory than its size: one line, the same as replay's."""
+    write_run(tmp_path / "good")
+    deep = "[" * 100_000 + "]" * 100_000
+    (tmp_path / "nested").mkdir()
+    (tmp_path / "nested" / "trajectory.json").write_text('{"run_id": "n", "task": ' + deep + "}")
+    traj = write_run(tmp_path / "big-nested", steps=2, output_chars=300_000)  # read from its ends, the head nested
+    text = traj.to_json().replace('"task": {', '"task": {"deep": ' + deep + ", ", 1)
+    (tmp_path / "big-nested" / "trajectory.json").write_text(text)
+    traj = write_run(tmp_path / "arguments")
+    traj.steps[0].tool_calls[0].arguments = deep
+    traj.save(tmp_path / "arguments" / "trajectory.json")
+    (tmp_path / "dense").mkdir()  # 24 MiB of step records of two fields: ~1.4 GB once loaded
+    (tmp_path / "dense" / "trajectory.json").write_text(
+        '{"run_id": "d", "steps": [' + ",".join(['{"index":1,"started_at":0}'] * 900_000) + "]}")
+    index = Index(tmp_path, min_interval_s=0).scan()
+    by_rel = {r.rel: r for r in index.runs}
+    for rel in ("nested", "big-nested"):
+        assert by_rel[rel].exit_reason == "unreadable" and "nested more than 200 levels" in by_rel[rel].error, rel
+    client = TestClient(make_app(tmp_path), base_url="http://127.0.0.1")
+    assert client.get("/").status_code == 200
+    for rel, says in (("nested", "nested more than 200 levels"), ("big-nested", "nested more than 200 levels"),
+                      ("dense", "too many small values")):
+        page = client.get(f"/r/{folder_id(rel)}")
+        assert page.status_code == 422 and says in page.text, rel
+    page = client.get(f"/r/{folder_id('arguments')}")  # the arguments are shown as the text they are
+    assert page.status_code == 200 and "[[[[[[" in page.text

@@ -93,8 +93,10 @@ def fork(
     *, shared: dict,  # the options of FORK_MODEL and GRANTS (options.py), None when not given
 ) -> None:
     """Replay a run's steps 1..K, snapshot the sandbox, and let N branches continue the conversation from
-    there with the given model or prompt, each in its own sandbox and run folder. The recorded model server
-    is used only when it is on this machine (else pass --base-url); the sandbox options are as for replay.
+    there with the given model or prompt, each in its own sandbox and run folder. The model server is the one
+    --base-url names: never one the run folder names, even on this machine (the embedded model needs none);
+    a recorded --extra-body or --max-steps above the default is given again here. The sandbox options are as
+    for replay.
     Exit status 0 when every branch ended on the model's terms or a limit; 1 when a branch, the model server
     or the sandbox failed; 2 for bad arguments (and a run folder asking for what it may not)."""
     from ..config import ConfigError

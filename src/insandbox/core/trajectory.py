@@ -25,11 +25,12 @@ import os
 from pathlib import Path
 from typing import Any, Optional
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 from pydantic_core import PydanticSerializationError
 
 from . import hostfiles
 from .episode import ExitReason
+from .json_input import BadJSON, parse_json
 from .price import Price
 
 SCHEMA_VERSION = 3
@@ -179,18 +180,41 @@ class Trajectory(BaseModel):
 
     @classmethod
     def load(cls, path: Path) -> Trajectory:
-        return cls.loads(Path(path).read_text(encoding="utf-8"), path)
+        return cls.loads(Path(path).read_bytes(), path)
 
     @classmethod
-    def loads(cls, text: str, path: Path | str = "trajectory.json") -> Trajectory:
-        """From the file's text (read by the caller, e.g. without following links); `path` for errors."""
-        data = json.loads(text)
+    def loads(cls, text: bytes | str, path: Path | str = "trajectory.json") -> Trajectory:
+        """From the file's bytes (or text), read by the caller (e.g. without following links); `path` for
+        errors. Anything that is not a trajectory this version reads (not JSON, not UTF-8, nested deeper
+        than json_input.MAX_DEPTH, a value of the wrong type) is a ValueError of one line."""
+        try:
+            data = parse_json(text)
+        except BadJSON as e:
+            raise ValueError(f"{path}: not JSON insandbox reads: {e}") from None
         if not isinstance(data, dict):
             raise ValueError(f"{path}: a JSON {type(data).__name__}, not a trajectory")
-        if data.get("schema_version", 0) > SCHEMA_VERSION:
-            raise ValueError(f"{path}: schema_version {data['schema_version']} is newer than this insandbox "
+        version = data.get("schema_version", 0)
+        if isinstance(version, int) and version > SCHEMA_VERSION:
+            raise ValueError(f"{path}: schema_version {version} is newer than this insandbox "
                              f"({SCHEMA_VERSION}); upgrade insandbox")
-        return cls.model_validate(data)
+        try:
+            traj = cls.model_validate(data)
+        except ValidationError as e:
+            raise ValueError(f"{path}: not a trajectory: {_first_error(e)}") from None
+        if traj.schema_version > SCHEMA_VERSION:  # given as text ("9")
+            raise ValueError(f"{path}: schema_version {traj.schema_version} is newer than this insandbox "
+                             f"({SCHEMA_VERSION}); upgrade insandbox")
+        return traj
+
+
+def _first_error(e: ValidationError) -> str:
+    """pydantic's first complaint, on one line: where (steps.0.index) and what."""
+    errors = e.errors(include_url=False, include_input=False)
+    if not errors:
+        return "invalid"
+    where = ".".join(str(x) for x in errors[0].get("loc", ())) or "the record"
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return " ".join(f"{where}: {errors[0].get('msg', 'invalid')}{more}".split())[:300]
 
 
 def write_json(path: Path, text: str) -> None:

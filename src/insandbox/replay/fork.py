@@ -28,7 +28,7 @@ from ..runs.inputs import save_input_files
 from ..runs.safe_files import check_new_folder, new_folder
 from ..runs.session import RunFolder, RunResult, Session, new_run_id, settings
 from ..sandbox import SandboxError
-from .grants import check_model_server
+from .grants import check_model_server, check_spending
 from .replayer import SANDBOX_DIRS, RecordedRun, Replayer, ReplayError, ReplayReport, load_recorded
 
 # the model's settings: taken from the command line where given, else as recorded
@@ -45,19 +45,21 @@ class ForkResult:
 
 
 def branch_settings(recorded: RecordedRun, overrides: dict[str, Any]) -> RunConfig:
-    """The branches' settings: the recorded run's, with the model settings given laid over them: --model
-    alone asks the recorded server for another model, --base-url another server (its first model unless
-    --model names one); nothing given: the recorded model (the embedded one when the run had it), and
-    the recorded server only when it is on this machine (grants.check_model_server)."""
+    """The branches' settings: the recorded run's, with the model settings given laid over them: --base-url
+    a server (its first model unless --model names one); without it the embedded model when the run had
+    it, or this user's default server for a run that recorded none; a server the run folder names is
+    never asked, nor is more spent than the defaults allow on the folder's word (grants.py)."""
     base = recorded.settings.model_dump()
     given = {k: v for k, v in overrides.items() if v is not None}
     check_model_server(base.get("base_url"), given)
+    as_recorded = dict(base)
     if base.get("base_url") == "embedded" or "gguf" in given:  # a local model served by the fork itself
         base.update(model=None, base_url=None)
     elif "base_url" in given:  # another server: its own model unless one is named
         base.update(model=None)
     base.update(given)
     refuse_redacted(base, {"base_url": "--base-url", "extra_body": "--extra-body"})  # never send a "***"
+    check_spending(as_recorded, given)
     return settings(None, base)
 
 

@@ -7,14 +7,21 @@ or registries, capabilities, a runtime, another image, higher or no resource and
 is refused unless the command line gives that option itself; what the command line gives is used
 and shown. A recorded setting at or under the default is used as recorded.
 
-The recorded model server is checked the same way: a fork sends the conversation, and the API key
-from the environment, only to a server on this machine unless --base-url says where.
+A fork's model is checked the same way. Without --base-url (or --gguf) it asks no server that a run
+folder names, not even one on this machine: whoever listens on a recorded loopback port now (another
+user, on a port that was free when the run was made) would get the conversation and whatever
+credentials the model client finds in this environment (the API key, and what the SDKs read there
+themselves: tokens, extra headers, organisation). Only the embedded model, when the run had it, or, for a
+run that recorded no server, this user's own default (INSANDBOX_BASE_URL, else the provider's) is
+used without it. What the run spends of the user's account is not the folder's to raise either: a
+recorded extra_body (it can name another model, or ask for many replies at once) and a step limit
+above the default are refused unless --extra-body / --max-steps give them.
 """
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any, Optional
-from urllib.parse import urlparse
 
 from ..config import DEFAULT_IMAGE, RunConfig
 from ..core.units import format_size, parse_size
@@ -84,25 +91,35 @@ def sandbox_settings(config: dict, given: Optional[dict] = None) -> tuple[dict, 
     return out, granted
 
 
-def _local_url(url: str) -> bool:
-    from ..core.units import is_loopback
-
-    p = urlparse(url)
-    return p.scheme in ("http", "https") and "@" not in p.netloc and "***" not in url and is_loopback(url)
-
-
 def check_model_server(recorded_base_url: Optional[str], overrides: dict) -> None:
-    """A fork without --base-url goes to the recorded server: only when that is this machine's (the
-    embedded model, a loopback address), never one a run folder names elsewhere, nor one whose
-    credentials were recorded (or redacted)."""
+    """A fork without --base-url or --gguf goes to no server the run folder names (module docstring):
+    the embedded model and a run that recorded none pass, any recorded URL is refused (UnsafeRunFolder)."""
     if overrides.get("base_url") is not None or overrides.get("gguf") is not None:
         return
     url = recorded_base_url
-    if url is None or url == "embedded" or (isinstance(url, str) and _local_url(url)):
+    if url is None or url == "embedded":
         return
+    text = str(url) if len(str(url)) <= 200 else str(url)[:200] + "..."  # a record's URL can be any length
     if isinstance(url, str) and "***" in url:  # the run held a credential there, which was never stored
-        raise UnsafeRunFolder(f"the recorded --base-url held a credential, which insandbox never stores ({url}): "
+        raise UnsafeRunFolder(f"the recorded --base-url held a credential, which insandbox never stores ({text}): "
                               "pass --base-url to give it again")
-    raise UnsafeRunFolder(f"the run used the model server {url!r}, which is not on this machine (or carries "
-                          "credentials): a fork sends the conversation and your API key only where --base-url says; "
-                          "pass --base-url")
+    raise UnsafeRunFolder(f"the run used the model server {text!r}: a fork sends the conversation and your "
+                          "credentials only where --base-url says, never to a server a run folder names, even on "
+                          "this machine (someone else may listen on that port now); pass --base-url (the same "
+                          "URL if that server is yours)")
+
+
+def check_spending(recorded: dict, overrides: dict) -> None:
+    """The recorded model settings that would spend more of the user's account than `insandbox run`'s
+    defaults, refused unless the command line gives them (UnsafeRunFolder, as sandbox_settings)."""
+    given = {k for k, v in overrides.items() if v is not None}
+    asked = []
+    if recorded.get("extra_body") and "extra_body" not in given:
+        body = json.dumps(recorded["extra_body"], ensure_ascii=False)
+        asked.append(f"--extra-body '{body}'" if len(body) <= 200 else f"--extra-body (its {len(body):,} characters)")
+    steps = recorded.get("max_steps")
+    if isinstance(steps, int) and steps > _D.max_steps and "max_steps" not in given:
+        asked.append(f"--max-steps {steps}")
+    if asked:
+        raise UnsafeRunFolder(f"the run folder asks for {' '.join(asked)}; a run folder grants nothing by itself: "
+                              "pass the same options to grant them (or others to replace them)")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 import os
 import re
 from collections.abc import Callable, Iterable
@@ -33,6 +34,7 @@ from ..prompts import PromptConfig, load_prompt_config
 from ..runs import layout
 from ..runs.inputs import FoundInputs, find_inputs
 from ..runs.safe_files import SMALL_FILE_MAX_BYTES, TRAJECTORY_MAX_BYTES, read_file
+from ..runs.trajectory_budget import load_trajectory
 from ..sandbox.admission import Admission
 from ..tools import ToolCall
 from .grants import CHECKED, sandbox_settings
@@ -71,10 +73,11 @@ def load_recorded(run_dir: Path, image: Optional[str] = None, *, given: Optional
                           "samples/<mode>/<id>/r<k>)") from None
     except OSError as e:
         raise ReplayError(f"{path}: cannot be read ({e.strerror or e})") from None
-    try:
-        traj = Trajectory.loads(raw.decode("utf-8"), path)
+    try:  # within a memory budget; anything that is not a trajectory is one line
+        traj = load_trajectory(raw, path)
     except ValueError as e:
-        raise ReplayError(f"{path}: cannot be read ({str(e).splitlines()[0]})") from None
+        raise ReplayError(str(e).splitlines()[0] if str(e) else f"{path}: not a trajectory") from None
+    del raw
     if traj.mode != "sandbox":
         raise ReplayError(f"{run_dir}: a {traj.mode}-mode run made no tool calls; there is nothing to replay")
     given = {**(given or {}), **({"image": image} if image else {})}
@@ -82,10 +85,17 @@ def load_recorded(run_dir: Path, image: Optional[str] = None, *, given: Optional
         validated({k: v for k, v in traj.config.items() if k in CHECKED and k not in given})
         recorded, granted = sandbox_settings(traj.config, given)
         settings = validated(recorded)
-    except ConfigError as e:
-        raise ReplayError(f"{path}: the recorded settings do not load ({e})") from None
+        for key, value in settings.model_dump().items():  # NaN passes pydantic's float checks
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ConfigError(f"--{key.replace('_', '-')}: {value} is not a number insandbox takes")
+    except ConfigError as e:  # clipped: a recorded value can be any length, and the message may quote it
+        raise ReplayError(f"{path}: the recorded settings do not load ({_clip(str(e))})") from None
     prompts, notes = _prompts(traj, run_dir)
     return RecordedRun(run_dir, traj, settings, prompts, notes, granted)
+
+
+def _clip(text: str, most: int = 500) -> str:
+    return text if len(text) <= most else text[:most] + f"... ({len(text):,} characters)"
 
 
 def _sandbox_dir(value: object) -> Optional[str]:

@@ -6,14 +6,15 @@ the totals at the end), so the head up to "sandbox" and the tail from "exit_reas
 of their own. A file written some other way is parsed whole."""
 from __future__ import annotations
 
-import json
 import os
 import threading
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Optional
 
+from ..core.json_input import parse_json
 from ..core.trajectory import SCHEMA_VERSION, Trajectory
+from ..runs.trajectory_budget import load_trajectory
 
 WHOLE_BELOW = 256 * 1024  # smaller files are simply parsed whole
 ENDS = 256 * 1024  # bytes read from each end of a bigger one
@@ -28,8 +29,8 @@ def _head_tail(path: Path, size: int) -> Optional[dict]:
     if cut < 0 or start < 0:
         return None
     try:
-        first = json.loads(head[:cut].rstrip().rstrip(",") + "\n}")
-        last = json.loads("{" + tail[start:])
+        first = parse_json(head[:cut].rstrip().rstrip(",") + "\n}")
+        last = parse_json("{" + tail[start:])
     except ValueError:
         return None
     return {**first, **last}
@@ -40,7 +41,7 @@ def read_summary(path: Path) -> dict:
     size = os.stat(path).st_size
     data = _head_tail(path, size) if size > WHOLE_BELOW else None
     if data is None:
-        data = json.loads(Path(path).read_text(encoding="utf-8", errors="replace"))
+        data = parse_json(Path(path).read_text(encoding="utf-8", errors="replace"))  # nesting: one line
     if not isinstance(data, dict):
         raise ValueError(f"a JSON {type(data).__name__}, not a trajectory")
     return {k: data.get(k) for k in ("run_id", "mode", "created_at", "finished_at", "task", "config", "exit_reason",
@@ -68,7 +69,7 @@ class TrajectoryCache:
                 self._items.move_to_end(key)
                 return hit[1]
         try:
-            traj = Trajectory.load(path)
+            traj = load_trajectory(Path(path).read_bytes(), path)  # within a memory budget, as replay loads it
         except (OSError, ValueError) as e:  # ValueError: bad JSON, a failed validation, a newer schema
             raise UnreadableTrajectory(f"{path}: cannot be read as a trajectory: {_first_line(e)}") from None
         with self._lock:
@@ -96,7 +97,7 @@ def trajectory_of(data: Any, where: str) -> Trajectory:
 def tool_arguments(raw: str) -> Any:
     """A tool call's arguments as the model sent them: a dict when they are a JSON object, else the raw text."""
     try:
-        value = json.loads(raw)
+        value = parse_json(raw)  # arguments nested past its depth are shown as their text
     except (ValueError, TypeError):
         return raw
     return value if isinstance(value, dict) else raw
