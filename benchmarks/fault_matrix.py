@@ -363,6 +363,38 @@ TEST_ROWS: list[tuple[str, str, str]] = [  # (case, expected, pytest node id or 
      "one is not reused", RESET_CHECK + "test_restored_copies_never_shrink_the_next_samples_disk"),
     ("covert channels: /dev times, PID 1's core dump filter, TIME_WAIT sockets", "the next sample sees what a fresh "
      "sandbox shows", RESET_CHECK + "test_covert_channels_are_reset"),
+    ("System V IPC a server says it removed", "read from the host in the sandbox's IPC namespace: not reused",
+     RESET_CHECK + "test_ipc_a_blind_server_leaves_is_found_by_the_host"),
+    ("a fork bomb left running, a server that does not kill", "frozen and killed from the host; the next sample has "
+     "server and shell only", RESET_CHECK + "test_a_fork_bomb_a_blind_server_leaves_is_frozen_and_killed_from_the_"
+     "host"),
+    ("copy-back: 100,000 folders, links and FIFOs", "at most --max-output-files entries of any kind on the host",
+     "tests/sandbox/test_copyback.py::test_folders_links_and_fifos_count_against_the_entry_limit"),
+    ("copy-back: 30,000 long paths", "the listing stops at 4 MiB; the record of what stayed behind is bounded",
+     "tests/sandbox/test_copyback.py::test_long_paths_stop_at_the_listing_bound"),
+    ("copy-back: a server reply past what the host asked for", "refused as it arrives; the copy goes the engine's "
+     "way", "tests/sandbox/test_copyback.py::test_a_listing_past_the_asked_bound_is_refused"),
+    ("bwrap: the host user's keyrings (Kerberos, AFS tokens)", "out of reach: a keyring holding nothing, keyctl "
+     "denied by the seccomp filter the host checks", "tests/sandbox/bwrap/test_isolation.py::test_the_host_users_"
+     "keyrings_are_out_of_reach_as_root"),
+    ("bwrap: 768 MiB of shared mappings under --memory 64m", "stopped by the sandbox's cgroup; the host counts the "
+     "OOM kill", "tests/sandbox/bwrap/test_isolation.py::test_memory_past_the_limit_through_shared_mappings_is_"
+     "stopped_and_the_host_sees_it"),
+    ("bwrap: a sandbox started without the seccomp filter", "refused by the host (/proc/<pid>/status)",
+     "tests/sandbox/bwrap/test_isolation.py::test_the_host_refuses_a_sandbox_without_the_filter"),
+    ("bwrap: /sys/class/net, /proc/keys, host paths in mountinfo", "no host interface, masks empty, no host path",
+     "tests/sandbox/bwrap/test_isolation.py::test_the_hosts_interfaces_paths_and_kernel_internals_are_out_of_sight"),
+    ("sandboxes of Docker, Podman and bwrap side by side", "no TCP or UDP from any to any other, nor from this "
+     "machine", "tests/sandbox/test_podman.py::test_sandboxes_of_docker_podman_and_bwrap_never_reach_each_other"),
+    ("the registries proxy reached at its egress address", "refused: it serves its internal network only",
+     NETWORK + "test_the_registries_proxy_serves_its_sandboxes_only"),
+    ("fork: a run folder names a loopback model server", "nothing sent, no key: --base-url must name it",
+     RUN_FOLDER + "test_a_fork_sends_nothing_to_a_model_server_the_run_folder_names_even_on_loopback"),
+    ("replay and fork: nested, mistyped, truncated trajectory.json", "exit 2, one line, never a traceback",
+     "tests/replay/test_malformed_folders.py"),
+    ("replay: a trajectory.json of tiny values", "refused within 12 times its size + 256 MiB of memory",
+     "tests/runs/test_trajectory_budget.py::test_a_file_of_tiny_values_is_refused_before_this_process_spends_"
+     "anything"),
     ("sandboxes fork-bombing together against kernel.pid_max", "admitted only while all at their process limits "
      "fit; one bigger than the host refused in one line", "tests/sandbox/test_admission.py::test_sandboxes_are_"
      "admitted_at_their_process_limits"),
