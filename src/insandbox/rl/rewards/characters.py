@@ -8,7 +8,7 @@ all of them. A reader that read a character one way while another read it the ot
 - invisible characters go: format characters (Unicode category Cf: zero-width space and joiners,
   word joiner, byte-order mark, soft hyphen, direction marks), the other default-ignorable ones
   (variation selectors such as the emoji selector U+FE0F, the combining grapheme joiner, Hangul
-  fillers, tag characters) and the emoji skin-tone modifiers: "Paris\\ufe0f" is "Paris";
+  fillers, tag characters) and an emoji's skin-tone modifier: "Paris\\ufe0f" is "Paris";
 - digit groups join: digits in groups of three after a thin space, narrow or plain no-break
   space, figure or punctuation space, apostrophe or underscore ("1 000", "1'000", "1_000" are
   "1000"); every separator of one number the same, the first group 1-3 digits. A plain space
@@ -43,7 +43,9 @@ import unicodedata
 
 # the default-ignorable code points that are not format characters (Cf goes by category)
 _IGNORABLE = re.compile("[\u034f\u115f\u1160\u17b4\u17b5\u180b-\u180f\u3164\ufe00-\ufe0f\uffa0"
-                        "\U0001f3fb-\U0001f3ff\U000e0000-\U000e0fff]")
+                        "\U000e0000-\U000e0fff]")
+# a skin-tone modifier changes the emoji before it; alone, it is a symbol of its own
+_EMOJI_MODIFIER = re.compile("(?<=[\u2600-\u27bf\U0001f000-\U0001faff])[\U0001f3fb-\U0001f3ff]")
 _DIGIT_GROUP_SEPARATORS = "\u2009\u200a\u202f\u00a0\u2007\u2008\u2006'\u2019\u02bc_"
 _DIGIT_GROUPS = re.compile(rf"(?<![\d.,])\d{{1,3}}(?P<sep>[{_DIGIT_GROUP_SEPARATORS}])\d{{3}}"
                            rf"(?:(?P=sep)\d{{3}})*(?!\d|(?P=sep)\d)")
@@ -94,6 +96,7 @@ def _ascii_digit(ch: str) -> str:
 def clean(text: str) -> str:
     """The text every reader reads: see the module's docstring."""
     text = _IGNORABLE.sub("", "".join(ch for ch in text if unicodedata.category(ch) != "Cf"))
+    text = _EMOJI_MODIFIER.sub("", text)
     text = _DIGIT_GROUPS.sub(lambda m: m.group(0).replace(m.group("sep"), ""), text)
     text = _POWER.sub(lambda m: "^" + _plain(m.group(1), _SUPERSCRIPTS), text)
     text = _INDEX.sub(lambda m: "_" + _plain(m.group(1), _SUBSCRIPTS), text)

@@ -6,7 +6,8 @@ for gold Paris and for gold Lyon). It splits at:
 
 - separators, found by Unicode category rather than listed: every punctuation character (P*),
   every math, modifier or other symbol (Sm, Sk, So: "+", "->", "→", "=", "|", "∨", "~", an
-  emoji), every control character (a line break, a tab) and the line and paragraph separators;
+  emoji), every control character (a line break, a tab), the line and paragraph separators and
+  a combining mark that sits on no letter;
   except the marks that belong to a word or a number where they stand:
   - an apostrophe, a hyphen, a middle dot (·, ・) or an underscore between two letters
     ("don't", "Jean-Paul", "Paral·lel", "snake_case"); a hyphen between a letter and a digit
@@ -14,8 +15,9 @@ for gold Paris and for gold Lyon). It splits at:
     digits ("1,000", "3.5", "10:30"); but a dash between two digits is a range, two answers;
   - a point, except one that ends a sentence (followed by a space and more text, after a word of
     four or more letters: "Paris. Lyon" is two answers, "St. Louis", "U.S. Army" and "Dr. Who"
-    one);
-  - quantity marks: currency signs, "%", "‰", "°", primes;
+    one), stands alone ("Paris . Lyon") or is an ellipsis ("Paris... Lyon");
+  - quantity marks next to a number (a space between allowed): currency signs, "%", "‰", "°",
+    primes ("$5", "42 %", "-4 °C"); elsewhere they separate ("Paris € Lyon");
 - connectives, as whole words (case folded): or/and in English, German, French, Spanish,
   Italian, Portuguese, Catalan, the Nordic languages, Polish, Czech, Russian, Ukrainian, Greek,
   Turkish, Hungarian, Romanian, Finnish, Indonesian, Vietnamese, Hebrew, Arabic, Persian, Hindi,
@@ -53,7 +55,7 @@ _AND_WORDS = (
     "和", "与", "與", "及", "以及", "跟", "と", "や", "および", "及び", "並びに", "ならびに",
 )
 # written inside a word (no spaces in these scripts) and never part of another word
-_INSIDE_WORDS = {"或", "或者", "还是", "還是", "または", "又は", "もしくは", "若しくは", "あるいは", "或いは", "หรือ",
+INSIDE_WORDS = {"或", "或者", "还是", "還是", "または", "又は", "もしくは", "若しくは", "あるいは", "或いは", "หรือ",
                  "และ", "以及", "および", "及び", "並びに", "ならびに"}
 CONNECTIVE_CLASS = {w: "or" for w in _OR_WORDS} | {w: "and" for w in _AND_WORDS}
 _LONGEST_FIRST = sorted(CONNECTIVE_CLASS, key=len, reverse=True)
@@ -97,24 +99,38 @@ def char_class(ch: str) -> str:
 
 
 def _sentence_end(text: str, i: int) -> bool:
-    """A point followed by a space and more text, after a word of four or more letters."""
+    """The last point of a run of points followed by a space and more text, where the run is an
+    ellipsis, stands alone or follows a word of four or more letters."""
     if not (i + 1 < len(text) and text[i + 1].isspace() and text[i + 1:].strip()):
         return False
-    start = i
+    first = i
+    while first > 0 and text[first - 1] == ".":
+        first -= 1
+    if i > first or (first and text[first - 1].isspace()):
+        return True
+    start = first
     while start > 0 and _is_letter(text[start - 1]):
         start -= 1
-    return i - start >= 4 and (start == 0 or text[start - 1] != ".")
+    return first - start >= 4 and (start == 0 or text[start - 1] != ".")
+
+
+def _next_to_a_number(text: str, i: int) -> bool:
+    """A digit right before or after text[i], or one space away."""
+    near = text[max(0, i - 2):i].rstrip()[-1:] + text[i + 1:i + 3].lstrip()[:1]
+    return any(ch.isdigit() for ch in near)
 
 
 def _separates(text: str, i: int) -> bool:
     """Whether text[i] separates answers where it stands (see the module docstring)."""
     ch = text[i]
     category = unicodedata.category(ch)
+    if category[0] == "M":  # a combining mark on nothing ("‗" is a space and a low line) is a symbol
+        return i == 0 or not _is_alnum(text[i - 1]) and unicodedata.category(text[i - 1])[0] != "M"
     if category[0] not in "PSC" and category not in ("Zl", "Zp"):
         return False
-    if category == "Sc" or ch in _QUANTITY_MARKS:
-        return False
     before, after = text[i - 1] if i else "", text[i + 1] if i + 1 < len(text) else ""
+    if category == "Sc" or ch in _QUANTITY_MARKS:
+        return not _next_to_a_number(text, i)
     if ch == "-" and MINUS.match(text, i):
         return False
     if ch in _WORD_JOINERS and before and after and _is_letter(before) and _is_alnum(after):
@@ -136,7 +152,7 @@ def _connectives(folded: str) -> list[tuple[int, int, str]]:
     for m in _CONNECTIVE.finditer(folded):
         word = m.group(0)
         before, after = folded[m.start() - 1] if m.start() else "", folded[m.end()] if m.end() < len(folded) else ""
-        if word in _INSIDE_WORDS or (_is_boundary(before) and _is_boundary(after)):
+        if word in INSIDE_WORDS or (_is_boundary(before) and _is_boundary(after)):
             found.append((m.start(), m.end(), CONNECTIVE_CLASS[word]))
     return found
 
@@ -182,7 +198,10 @@ def split_answers(text: str, allowed: set[str], says_something: Callable[[str], 
 
 
 def classes_in(text: str) -> set[str]:
-    return {kind for _, _, kind in _splits(text)}
+    """The classes of every separator-like character and connective the text holds, wherever it stands."""
+    marks = {char_class(ch) for ch in text if unicodedata.category(ch)[0] in "PSC" or unicodedata.category(ch)
+             in ("Zl", "Zp")}
+    return marks | {kind for _, _, kind in _connectives(_fold_in_place(text))}
 
 
 def alternatives(text: str, references: list[str],

@@ -42,6 +42,8 @@ _NUMBER = re.compile(rf"(?<![\w.])(?P<sign>[-+]?)(?P<num>{_DECIMAL})(?:{_power('
                      rf"(?:/(?P<den>{_DECIMAL}))?"
                      rf"(?:[eE](?P<exp>[-+]?\d+)|\s*[×x*·⋅]\s*10{_power('exp10')})?(?!\.?\d)%?")
 _PLUS_MINUS = re.compile(r"[±∓]")
+# digits left once the numbers are read: glued to a word ("or4"), except an index or a power ("x_1", "x^2")
+_GLUED_DIGITS = re.compile(r"(?<![_^\d])\d+")
 _LATEX_SPACING = re.compile(r"\\(?:[,;:! ]|quad|qquad)")
 _MATH_DELIMITERS = re.compile(r"\$|\\\(|\\\)|\\\[|\\\]")
 
@@ -78,8 +80,9 @@ def read_number(text: str) -> tuple[Optional[str], str]:
     found = list(_NUMBER.finditer(text))
     if not found:
         return None, "no number"
-    if len(found) > 1:
-        return None, "several numbers: " + ", ".join(clip(m.group(0), 40) for m in found[:10])
+    glued = _GLUED_DIGITS.findall(_NUMBER.sub(" ", text))
+    if len(found) > 1 or glued:  # "3または4", "3 or4": a number glued to a word is still a number
+        return None, "several numbers: " + ", ".join(clip(m, 40) for m in ([m.group(0) for m in found] + glued)[:10])
     return _as_latex(found[0]), "one number"
 
 

@@ -27,8 +27,9 @@ Where it deviates (README, Rewards; tests/rl/rewards/test_paper.py has a test fo
 3. the best reference counts (the ground truth or an alias; the official code has only the
    ground truth);
 4. an answer that states several values ("2 \\lor 3", "2 ∨ 3", "2 | 3", "2 \\mid 3", "Lyon = Paris",
-   "\\pm 3": values.py) never reaches math-verify, which would read it as one of them and pay 1;
-   ROUGE-L scores it. A reference that itself states several values (a set) lifts this;
+   "\\pm 3": values.py; "\\boxed{2} or \\boxed{3}") never reaches math-verify, which would read it as
+   one of them (or take the last box) and pay 1; ROUGE-L scores it. A reference that itself
+   states several values (a set) lifts this;
 5. the row's qa_type decides the reader (single-choice, multi-choice, open); the official code
    reads "multiple choice" in the qa_type text and a comma in the ground truth (letters separated
    otherwise, "A;C", are one unmatchable string there), and routes by `domain` first (math and
@@ -44,7 +45,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .answer_part import clip
+from .answer_part import clip, several_boxed
 from .multi_choice import set_f1
 from .options import gold_letters
 from .single_choice import score_single_choice
@@ -105,7 +106,9 @@ def score_paper_open(answer: str, references: list[str]) -> Verdict:
                               "extracted": clip(compared), "references": [clip(r) for r in references]}
     if not answer:
         return Verdict(0.0, {**detail, "why": "no answer"})
-    several = several_values(compared)
+    boxes = several_boxed(answer)
+    several = f"several boxed answers: {', '.join(clip(b, 40) for b in boxes[:10])}" if boxes else \
+        several_values(compared)
     if several and not any(several_values(ref) for ref in references):
         detail["math_verify"] = f"skipped: {several}"
     else:

@@ -9,14 +9,17 @@ full for one of its values. So nothing reaches math-verify that states several v
   two values that is not arithmetic is one;
 - "±" or "∓" (\\pm, \\mp): two values at once;
 - two values side by side: a number right after another value ("2 3", "\\frac{1}{2} 3",
-  "2 \\quad 3", "(2)3"); a value after a unit word ("3 cm 4"). A number before a command
-  is a product, as written ("2\\pi", "3\\sqrt{2}", "2 \\frac{1}{2}", which math-verify reads
-  as 2.5);
+  "2 \\quad 3", "(2)3"); any value after a word that followed a value ("3 cm 4", "-13 y -6",
+  "5 m^2": a unit ends the answer). A number before a command is a product, as written ("2\\pi",
+  "3\\sqrt{2}", "2 \\frac{1}{2}", which math-verify reads as 2.5);
 - a separator between values at the top level (",", ";", a line break in LaTeX, "\\\\");
   inside brackets a comma separates a tuple's or a function's arguments, which math-verify
   compares whole;
 - "=" more than once, after a number ("2 = 3"), or between two texts without a number, unless
-  its left side is one letter ("x = y"): "x = 3" and "Area = 3" state one value.
+  its left side is one letter ("x = y"): "x = 3" and "Area = 3" state one value;
+- two or more numbers with anything math-verify does not read as arithmetic (markdown stars
+  "**2 - 3**", an unclosed bracket "2 ( 3", a percent sign with more after it "13% - 5", a line
+  break): math-verify then reads only a part, its last value.
 
 Arithmetic is +, -, *, /, ^, _, ×, ÷, ·, !, %, °, primes, brackets and the LaTeX commands in
 the sets below. `not_arithmetic` also names any other command or sign: the strict number reader
@@ -32,7 +35,7 @@ from .hedges import connectives_in
 
 _SPACING = re.compile(r"\\(?:left|right|[bB]igg?[lr]?|displaystyle|textstyle|quad|qquad|[,;:! ])(?![A-Za-z])|~")
 _THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
-_TOKEN = re.compile(r"\\[A-Za-z]+|\\.|\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|\.\d+|[^\W\d_]+|\s+|.", re.S)
+_TOKEN = re.compile(r"\\[A-Za-z]+|\\.|\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|\.\d+|[^\W\d_]+|\*\*|__|[ \t]+|.", re.S)
 _GREEK = ("alpha beta gamma delta epsilon varepsilon zeta eta theta vartheta iota kappa lambda mu nu xi rho sigma "
           "varsigma tau upsilon phi varphi chi psi omega Gamma Delta Theta Lambda Xi Pi Sigma Upsilon Phi Psi Omega")
 _ARGUMENTS = {"frac": 2, "dfrac": 2, "tfrac": 2, "cfrac": 2, "binom": 2, "dbinom": 2, "tbinom": 2, "sqrt": 1,
@@ -74,7 +77,7 @@ def _kind(token: str) -> str:
     if token in _OPERATOR_SIGNS:
         return "operator"
     if token.isspace():
-        return "space"
+        return "space" if token.strip(" \t") == "" else "junk"  # a line break between values is a separator
     if token[0].isalpha():
         return "word"
     return "junk"
@@ -83,7 +86,7 @@ def _kind(token: str) -> str:
 def _side_by_side(tokens: list[str]) -> Optional[str]:
     """Why the tokens state several values, if they do (see the module docstring)."""
     previous = None  # "value", "word" (before any value), "unit" (a word after a value), "command", "operator"
-    seen, junk, depth = False, None, 0
+    seen, junk, unit, depth = False, None, None, 0
     for token in tokens:
         kind = _kind(token)
         if kind == "space":
@@ -103,8 +106,8 @@ def _side_by_side(tokens: list[str]) -> Optional[str]:
         if starts_a_value or kind == "word":
             if junk is not None:
                 return f"values joined by {junk!r}"
-            if previous == "unit" and starts_a_value:
-                return f"a value after the word before it ({token!r})"
+            if unit and starts_a_value:
+                return f"a value after a word that followed one ({unit!r}, then {token!r})"
             if previous == "value" and kind == "number":
                 return f"two values side by side ({token!r})"
         if kind == "command":
@@ -113,6 +116,7 @@ def _side_by_side(tokens: list[str]) -> Optional[str]:
             previous = "value"
         elif kind == "word":
             previous = "unit" if previous in ("value", "unit") else "word"
+            unit = unit or (token if previous == "unit" else None)
         else:
             previous = "operator"
         seen = seen or kind in ("number", "value", "command", "word")
@@ -150,9 +154,25 @@ def several_values(text: str) -> Optional[str]:
     depth = 0
     for token in tokens:
         depth += (token in _OPEN) - (token in _CLOSE)
-        if depth <= 0 and token in (",", ";", "\n"):
+        if depth <= 0 and token in (",", ";"):
             return f"several values separated by {token!r}"
-    return _side_by_side(tokens)
+    several = _side_by_side(tokens)
+    if several:
+        return several
+    numbers = [t for t in tokens if _kind(t) == "number"]
+    unread = [t for t in tokens if _kind(t) == "junk"] + _inner_percent(tokens)
+    unread += ["an unclosed bracket"] if depth else []
+    if len(numbers) > 1 and unread:  # math-verify reads such text in part: its last value
+        return f"several numbers and {unread[0]!r}, which is not arithmetic"
+    return None
+
+
+def _inner_percent(tokens: list[str]) -> list[str]:
+    """A percent sign with more than closing brackets after it ("13% - 5": not arithmetic)."""
+    for i, token in enumerate(tokens):
+        if token in ("%", "\\%") and any(_kind(t) not in ("space", "close") for t in tokens[i + 1:]):
+            return [token]
+    return []
 
 
 def not_arithmetic(text: str) -> Optional[str]:
