@@ -14,7 +14,7 @@ all of them. A reader that read a character one way while another read it the ot
   "1000"); every separator of one number the same, the first group 1-3 digits. A plain space
   does not join: "1 000" with an ASCII space is two numbers;
 - superscripts and subscripts right after a digit or a closing bracket are a power and an index,
-  never more digits: "2²" is "2^2" (4, not 22), "10⁻³" is "10^-3", "10₂" is "10_2" (an index,
+  never more digits: "2²" is "2^2" (4, not 22), "10⁻³" is "10^{-3}", "10₂" is "10_2" (an index,
   never "102"); elsewhere they are plain digits ("m²" is "m2", "H₂O" is "H2O");
 - vulgar fractions are a fraction: "½" is "1/2", "1½" is "3/2" (a whole number right before one
   makes a mixed number; "1 ½", with a space, stays two numbers); the fraction slash (U+2044) and
@@ -78,6 +78,11 @@ def _plain(run: str, table: dict[str, str]) -> str:
     return "".join(table[ch] for ch in run)
 
 
+def _power(m: re.Match) -> str:
+    exponent = _plain(m.group(1), _SUPERSCRIPTS)
+    return "^" + (exponent if exponent.isdigit() else "{" + exponent + "}")  # "10^{-3}": LaTeX reads the sign
+
+
 def _fraction(m: re.Match) -> str:
     num, den = _VULGAR[m.group(2)]
     whole = int(m.group(1)) if m.group(1) else 0
@@ -98,7 +103,7 @@ def clean(text: str) -> str:
     text = _IGNORABLE.sub("", "".join(ch for ch in text if unicodedata.category(ch) != "Cf"))
     text = _EMOJI_MODIFIER.sub("", text)
     text = _DIGIT_GROUPS.sub(lambda m: m.group(0).replace(m.group("sep"), ""), text)
-    text = _POWER.sub(lambda m: "^" + _plain(m.group(1), _SUPERSCRIPTS), text)
+    text = _POWER.sub(_power, text)
     text = _INDEX.sub(lambda m: "_" + _plain(m.group(1), _SUBSCRIPTS), text)
     text = _FRACTION.sub(_fraction, text)
     text = unicodedata.normalize("NFKC", text).translate(_SLASHES)

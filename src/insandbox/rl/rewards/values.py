@@ -151,17 +151,19 @@ def several_values(text: str) -> Optional[str]:
     if why:
         return why
     tokens = _tokens(side)
-    depth = 0
+    depth, unread = 0, []
     for token in tokens:
         depth += (token in _OPEN) - (token in _CLOSE)
-        if depth <= 0 and token in (",", ";"):
-            return f"several values separated by {token!r}"
+        if token in (",", ";"):
+            if depth <= 0:
+                return f"several values separated by {token!r}"
+        elif _kind(token) == "junk":
+            unread.append(token)
     several = _side_by_side(tokens)
     if several:
         return several
     numbers = [t for t in tokens if _kind(t) == "number"]
-    unread = [t for t in tokens if _kind(t) == "junk"] + _inner_percent(tokens)
-    unread += ["an unclosed bracket"] if depth else []
+    unread += _inner_percent(tokens) + (["an unclosed bracket"] if depth else [])
     if len(numbers) > 1 and unread:  # math-verify reads such text in part: its last value
         return f"several numbers and {unread[0]!r}, which is not arithmetic"
     return None
