@@ -31,7 +31,9 @@ def split(text: str, references=("Paris",)):
                                     "Paris (Lyon)", "Paris \\ Lyon", "Paris + Lyon", "Paris -> Lyon", "Paris или Lyon",
                                     "Paris y Lyon", "巴黎或里昂", "Paris → Lyon", "Paris = Lyon", "Paris ~ Lyon",
                                     "Paris 🙂 Lyon", "Paris. Lyon", "Paris . Lyon", "Paris € Lyon", "Paris — Lyon",
-                                    "Paris\u2028Lyon", "'Paris' 'Lyon'", "Paris « Lyon »", "Paris または Lyon"])
+                                    "Paris\u2028Lyon", "'Paris' 'Lyon'", "Paris « Lyon »", "Paris または Lyon",
+                                    "Paris-Lyon", "Paris_Lyon", "Paris·Lyon", "Paris・Lyon", "Paris^Lyon", "Paris:Lyon",
+                                    "Paris… Lyon"])
 def test_a_hedge_splits_into_its_answers(answer):
     assert len(split(answer)) == 2, split(answer)
     for mode in ("exact", "f1"):
@@ -39,12 +41,21 @@ def test_a_hedge_splits_into_its_answers(answer):
         assert verdict.correct == 0.0 and verdict.detail["why"].startswith("several answers"), (mode, verdict.detail)
 
 
-@pytest.mark.parametrize("answer", ["Jean-Paul Sartre", "don't", "O'Brien", "COVID-19", "U.S. Army", "St. Louis",
-                                    "Dr. Who", "Paris.", "**Paris**", "«Paris»", '"Paris"', "(Paris)", "The \"Eiffel\"",
-                                    "1,000 people", "3.5 kg", "10:30", "-4 °C", "$5", "42 %", "m^2", "Paral·lel",
-                                    "snake_case", "Paris!", "¿Qué?", "-3", "Orly", "Oder river", "Toyota"])
+@pytest.mark.parametrize("answer", ["don't", "O'Brien", "COVID-19", "U.S. Army", "St. Louis", "Dr. Who", "Paris.",
+                                    "**Paris**", "«Paris»", '"Paris"', "(Paris)", "The \"Eiffel\"", "1,000 people",
+                                    "3.5 kg", "-4 °C", "$5", "42 %", "m^2", "10^-3", "Paris!", "¿Qué?", "-3", "Orly",
+                                    "Oder river", "Toyota"])
 def test_what_belongs_to_a_word_or_a_number_splits_nothing(answer):
     assert split(answer) == [answer.strip()], split(answer)
+
+
+@pytest.mark.parametrize("answer, reference", [
+    ("Jean-Paul Sartre", "Jean Paul Sartre"), ("Jean-Paul Sartre", "Jean-Paul Sartre"), ("Paral·lel", "Paral·lel"),
+    ("Paral·lel", "paral lel"), ("snake_case", "snake_case"), ("10:30", "10:30"), ("Saint-Étienne", "Saint Étienne"),
+])
+@pytest.mark.parametrize("mode", ["exact", "f1"])
+def test_an_answer_equal_to_a_reference_is_never_a_hedge(answer, reference, mode):
+    assert score_answer({"ground_truth": reference}, answer, open_mode=mode).correct == 1.0
 
 
 def test_a_separator_or_connective_the_reference_holds_is_allowed_by_class():

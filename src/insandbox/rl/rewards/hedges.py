@@ -9,10 +9,10 @@ for gold Paris and for gold Lyon). It splits at:
   emoji), every control character (a line break, a tab), the line and paragraph separators and
   a combining mark that sits on no letter;
   except the marks that belong to a word or a number where they stand:
-  - an apostrophe, a hyphen, a middle dot (·, ・) or an underscore between two letters
-    ("don't", "Jean-Paul", "Paral·lel", "snake_case"); a hyphen between a letter and a digit
-    ("COVID-19"), a "^" in a power ("m^2"); a sign ("-3"); a comma, point or colon between
-    digits ("1,000", "3.5", "10:30"); but a dash between two digits is a range, two answers;
+  - an apostrophe between two letters ("don't", "O'Brien"); a hyphen between a letter and a digit
+    ("COVID-19"); a "^" before an exponent ("m^2"); a sign ("-3"); a comma or point between digits
+    ("1,000", "3.5"). A hyphen between two words is a separator ("Paris-Lyon", where token F1
+    would pay a hedge), and so between two digits (a range: "3-4");
   - a point, except one that ends a sentence (followed by a space and more text, after a word of
     four or more letters: "Paris. Lyon" is two answers, "St. Louis", "U.S. Army" and "Dr. Who"
     one), stands alone ("Paris . Lyon") or is an ellipsis ("Paris... Lyon");
@@ -21,16 +21,18 @@ for gold Paris and for gold Lyon). It splits at:
 - connectives, as whole words (case folded): or/and in English, German, French, Spanish,
   Italian, Portuguese, Catalan, the Nordic languages, Polish, Czech, Russian, Ukrainian, Greek,
   Turkish, Hungarian, Romanian, Finnish, Indonesian, Vietnamese, Hebrew, Arabic, Persian, Hindi,
-  Korean, Latin and Esperanto ("oder", "ou", "o", "y", "или", "или", "또는", ...); and, written
+  Korean, Latin and Esperanto ("oder", "ou", "o", "y", "или", "и", "또는", ...); and, written
   inside a word as those languages write them, the Chinese, Japanese and Thai ones that are
   never part of another word ("或", "或者", "还是", "または", "もしくは", "หรือ"); the Chinese and
   Japanese ones that are ("和", "与", "及", "と", "や") only as a word of their own.
 
-A part counts only when it says something (normalises to a word: "The" or "..." alone is no
-answer), so enclosing quotes and brackets, a trailing point and markdown stars split nothing
-("**Paris**", "«Paris»", "Paris."). A separator or connective that a reference itself holds is
-allowed for that row, by class: every dash is one class, every quote, every bracket, every line
-break, every "or" and every "and" ("salt and pepper" allows "salt & pepper"; "AT&T" allows "&").
+An answer that equals a reference once normalised is that reference, never a hedge ("Jean-Paul
+Sartre" for "Jean Paul Sartre"; open_answer.py checks that first). A part counts only when it
+says something (normalises to a word: "The" or "..." alone is no answer), so enclosing quotes and
+brackets, a trailing point and markdown stars split nothing ("**Paris**", "«Paris»", "Paris.").
+A separator or connective that a reference itself holds is allowed for that row, by class: every
+dash is one class, every quote, every bracket, every line break, every "or" and every "and"
+("salt and pepper" allows "salt & pepper"; "AT&T" allows "&").
 """
 from __future__ import annotations
 
@@ -65,8 +67,9 @@ _CLASSES = {"-": "dash", **{d: "dash" for d in DASHES}, "'": "quote", '"': "quot
             ",": ",", "、": ",", "،": ",", ";": ";", "؛": ";", "/": "/", "\\": "/", "。": ".", ".": ".",
             "|": "or", "∨": "or", "&": "and", "+": "and", "∧": "and"}
 _QUANTITY_MARKS = {"%", "‰", "‱", "°", "′", "″", "‴"}
-_WORD_JOINERS = {"'", "\u2019", "-", "\u2010", "·", "・", "_"}
-_JOIN_DIGITS = {",", ".", ":"}
+_APOSTROPHES = {"'", "\u2019"}
+_HYPHENS = {"-", "\u2010"}
+_JOIN_DIGITS = {",", "."}
 
 
 def _is_letter(ch: str) -> bool:
@@ -133,11 +136,12 @@ def _separates(text: str, i: int) -> bool:
         return not _next_to_a_number(text, i)
     if ch == "-" and MINUS.match(text, i):
         return False
-    if ch in _WORD_JOINERS and before and after and _is_letter(before) and _is_alnum(after):
+    if ch in _APOSTROPHES and before and after and _is_letter(before) and _is_letter(after):
         return False
-    if ch == "-" and before and after and _is_alnum(before) and _is_letter(after):
+    if ch in _HYPHENS and before and after and _is_alnum(before) and _is_alnum(after) \
+            and before.isdigit() != after.isdigit():
         return False
-    if ch == "^" and before and after and _is_alnum(before) and (_is_alnum(after) or after in "-+{"):
+    if ch == "^" and before and after and _is_alnum(before) and (after.isdigit() or after in "-+{"):
         return False
     if ch in _JOIN_DIGITS and before.isdigit() and after.isdigit():
         return False

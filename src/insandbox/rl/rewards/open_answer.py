@@ -66,7 +66,9 @@ def score_open_text(answer: str, references: list[str], mode: str) -> Verdict:
     if not part.text:
         return Verdict(0.0, {**detail, "why": "no answer"})
     boxes = several_boxed(answer)
-    several = ("boxes", boxes) if boxes else alternatives(part.text, references, _says_something)
+    several = ("boxes", boxes) if boxes else None
+    if not several and not any(exact_match(part.text, ref).score for ref in references):  # a reference is no hedge
+        several = alternatives(part.text, references, _says_something)
     if several:  # hedging: never scored as one of them
         how, parts = several
         detail["why"] = f"several answers ({how}): " + "; ".join(clip(p, 40) for p in parts[:10])
