@@ -51,7 +51,7 @@ def test_a_letter_set_in_latex_braces_or_joined_by_and_in_another_language(answe
 @pytest.mark.parametrize("answer, value, misread", [
     ("–3", "-3", "3"), ("‒3", "-3", "3"), ("‐3", "-3", "3"), ("—3", "-3", "3"), ("―3", "-3", "3"), ("﹣3", "-3", "3"),
     ("－3", "-3", "3"), ("➖3", "-3", "3"), ("˗3", "-3", "3"), ("⁻3", "-3", "3"), ("＋3", "3", "-3"),
-    ("2²", "4", "22"), ("2³", "8", "23"), ("1½", "1.5", "5.5"), ("10₂", None, "102"),
+    ("2²", "4", "22"), ("2³", "8", "23"), ("1½", "1.5", "5.5"), ("10₂", None, "102"), ("10₂", None, "10"),
 ])
 @pytest.mark.parametrize("mode", ["exact", "f1"])
 def test_a_sign_a_power_or_a_fraction_is_read_alike_by_every_reader(answer, value, misread, mode):

@@ -126,12 +126,17 @@ def _wraps(joiner: str, wraps: list[str]) -> list[str]:
     return wraps
 
 
+def _arithmetic(joiner: str) -> bool:
+    """An operator between two numbers makes one value ("1 × 4" is 4), not a hedge."""
+    return unicodedata.normalize("NFKC", joiner).strip() in set("+-*/^×÷·⋅")
+
+
 def _hedges(rng: random.Random):
     joiners = _joiners(rng)
     for joiner in joiners:
         a, b = rng.choice(TEXT_PAIRS)
         yield a, b, rng.choice(_wraps(joiner, WRAPS)).format(f"{a}{joiner}{b}"), False
-    for joiner in joiners[::3] + [f" {j} " for j in LATEX_JOINERS] * 3:
+    for joiner in [j for j in joiners[::3] if not _arithmetic(j)] + [f" {j} " for j in LATEX_JOINERS] * 3:
         a, b = _numbers(rng)
         yield a, b, rng.choice(_wraps(joiner, NUMBER_WRAPS)).format(f"{a}{joiner}{b}"), True
         yield a, b, f"\\boxed{{{a}}}{joiner}\\boxed{{{b}}}", True

@@ -42,8 +42,9 @@ _NUMBER = re.compile(rf"(?<![\w.])(?P<sign>[-+]?)(?P<num>{_DECIMAL})(?:{_power('
                      rf"(?:/(?P<den>{_DECIMAL}))?"
                      rf"(?:[eE](?P<exp>[-+]?\d+)|\s*[×x*·⋅]\s*10{_power('exp10')})?(?!\.?\d)%?")
 _PLUS_MINUS = re.compile(r"[±∓]")
-# digits left once the numbers are read: glued to a word ("or4"), except an index or a power ("x_1", "x^2")
-_GLUED_DIGITS = re.compile(r"(?<![_^\d])\d+")
+# digits left once the numbers are read: glued to a word ("or4") or a number's index ("10_2"), except a
+# variable's index or a power ("x_1", "x^2")
+_GLUED_DIGITS = re.compile(r"(?<![\d^])(?<![^\W\d]_)\d+")
 _LATEX_SPACING = re.compile(r"\\(?:[,;:! ]|quad|qquad)")
 _MATH_DELIMITERS = re.compile(r"\$|\\\(|\\\)|\\\[|\\\]")
 

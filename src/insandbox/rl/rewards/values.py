@@ -97,6 +97,8 @@ def _side_by_side(tokens: list[str]) -> Optional[str]:
             depth = max(0, depth - 1)
         if token in (",", ";") and depth:
             kind = "operator"  # a tuple's or a function's arguments
+        if token == "_" and previous == "value":
+            kind = "junk"  # an index on a number ("16_{-14}") is no arithmetic
         if kind == "junk":
             if seen and junk is None:
                 junk = token
