@@ -33,7 +33,7 @@ from typing import Optional
 
 from .hedges import connectives_in
 
-_SPACING = re.compile(r"\\(?:left|right|[bB]igg?[lr]?|displaystyle|textstyle|quad|qquad|[,;:! ])(?![A-Za-z])|~")
+_SPACING = re.compile(r"\\(?:left|right|[bB]igg?[lr]?|displaystyle|textstyle|quad|qquad|[,;:! ])(?![A-Za-z])")
 _THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
 _TOKEN = re.compile(r"\\[A-Za-z]+|\\.|\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|\.\d+|[^\W\d_]+|\*\*|__|[ \t]+|.", re.S)
 _GREEK = ("alpha beta gamma delta epsilon varepsilon zeta eta theta vartheta iota kappa lambda mu nu xi rho sigma "
