@@ -23,7 +23,8 @@ def test_one_value(text):
     ("2 3", "two values side by side"), ("\\frac{1}{2} 3", "two values side by side"),
     ("3 cm 4", "a value after a word"), ("-13 y -6", "a value after a word"), ("\\pm 3", "± states two values"),
     ("**2 - 3**", "several numbers and '**'"), ("2 ( 3", "several numbers and 'an unclosed bracket'"),
-    ("13% - 5", "several numbers and '%'"), ("-38 ~ -37.4", "values joined by '~'"), ("2\n- 3", "values joined by '\\n'"), ("16 _ -14", "values joined by '_'"),
+    ("13% - 5", "several numbers and '%'"), ("-38 ~ -37.4", "values joined by '~'"),
+    ("2\n- 3", "values joined by '\\n'"), ("16 _ -14", "values joined by '_'"),
 ])
 def test_several_values(text, why):
     assert several_values(text).startswith(why), several_values(text)
