@@ -19,8 +19,8 @@ answer file, stripped). Written here from its semantics, not copied. Case by cas
 
 Where it deviates (README, Rewards; tests/rl/rewards/test_paper.py has a test for each):
 1. the single letter is read by our strict reader (single_choice.py), which refuses a reply naming
-   several letters: the official reader falls back to the last lone capital letter, so "A B C D"
-   reads "D" there and "A, B" pays for gold B; it also takes a lower-case "c" for gold "C";
+   several letters or states none: the official reader falls back to the last lone capital letter,
+   so "A B C" reads "C" there, "A, B" pays for gold B and "I think it is C" for C;
 2. the answer and the references are cleaned first (characters.py: invisible characters,
    full-width forms, other scripts' digits, dashes before digits as minus, superscripts, vulgar
    fractions, digit groups, "İ");
@@ -37,7 +37,8 @@ Where it deviates (README, Rewards; tests/rl/rewards/test_paper.py has a test fo
    checkers, any domain other than instruct_pretrain or long_context fails): the domain is not
    read here;
 6. math-verify runs without its own timeouts, in a worker that `timeout_s` kills (error_value):
-   the official code gives math-verify 5 s (then 0, then ROUGE-L) and the whole reward 60 s.
+   the official code gives math-verify its own 5 s limits (then 0, then ROUGE-L) and the whole
+   reward 60 s.
 It pays for hedging exactly as published otherwise: every option of five with two right scores
 0.57, three open guesses with the right one among them about 0.5; that is why it is not the default.
 """
