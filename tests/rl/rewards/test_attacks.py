@@ -54,6 +54,12 @@ ATTACKS = [
     ("number", "2 or 3"),
     ("single", "A B C D"),
     ("single", "A or C"),
+    # issue 32: hedges joined otherwise, and values math-verify read as their last
+    ("open", "Paris oder Lyon"), ("open", "Paris ou Lyon"), ("open", "Paris 或 Lyon"), ("open", "Paris\tLyon"),
+    ("open", "Paris - Lyon"), ("open", "Paris (Lyon)"), ("open", "Paris \\ Lyon"), ("open", "Paris + Lyon"),
+    ("open", "Paris -> Lyon"), ("open", "Paris или Lyon"), ("open", "巴黎或里昂"),
+    ("number", "2 ∨ 3"), ("number", "2 | 3"), ("number", "2 \\mid 3"), ("number", "2 \\to 3"), ("number", "±3"),
+    ("number", "3または2"), ("number", "\\boxed{2} → \\boxed{3}"), ("number", "–3"), ("number", "‐3"),
 ]
 
 
@@ -153,6 +159,12 @@ def test_the_broken_sandbox_penalty_can_be_harsher_never_milder():
     (OPEN, "Paris banana", 0.0, 2 / 3, 2 / 3),  # the right answer and a garbage word
     (NUMBER, "2 \\lor 3", 0.0, 0.0, 0.5),
     (SINGLE, "A B C D", 0.0, 0.0, 0.0),
+    # issue 32
+    (OPEN, "Paris oder Lyon", 0.0, 0.0, 0.5),  # a hedge joined by a connective of another language
+    (OPEN, "Paris (Lyon)", 0.0, 0.0, 2 / 3),  # or by any separator
+    (NUMBER, "2 ∨ 3", 0.0, 0.0, 2 / 3),  # values joined by a sign: math-verify never sees them
+    (NUMBER, "–3", 0.0, 0.0, 1.0),  # the wrong sign, with a dash: ROUGE-L drops signs (official)
+    (task(qa_type="multi-choice", ground_truth="B", options=["A", "B", "C"]), "A, B", 0.0, 0.0, 0.0),
 ])
 def test_the_readme_table(row, answer, strict, f1, paper):
     assert value(row, answer, STRICT) == pytest.approx(strict)

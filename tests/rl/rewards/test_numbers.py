@@ -53,3 +53,29 @@ def test_read_number_says_what_it_compares():
     assert read_number("3/4 of them") == ("\\frac{3}{4}", "one number")
     assert read_number("\\frac{1}{2}") == ("\\frac{1}{2}", "LaTeX, compared whole")
     assert read_number("H2O") == (None, "no number")  # a digit inside a word is no number
+
+
+# issue 32: math-verify read each of these as its last value, so the strict reward paid 1 for gold 3
+@pytest.mark.parametrize("answer", [
+    "2 \\mid 3", "2 \\sim 3", "2 \\oplus 3", "2 \\to 3", "2 \\| 3", "2 \\vert 3", "2 \\rightarrow 3",
+    "2 \\Rightarrow 3", "2 \\implies 3", "2 \\iff 3", "\\frac{4}{2} \\to 3", "\\boxed{2 \\mid 3}", "2 \\textor 3",
+    "\\frac{4}{2} \\text{ oder } 3", "\\frac{4}{2} \\quad 3", "\\frac{4}{2}, 3", "x = 2 \\lor x = 3", "\\sqrt{4} 3",
+    "\\frac{4}{2} \\\\ 3", "3 \\approx 2", "3 or4", "3または4", "3或4", "3x4", "±3", "\\pm 3", "3 \\pm 0",
+    "\\boxed{2} → \\boxed{3}", "\\boxed{2}\t\\boxed{3}", "\\boxed{2} oder \\boxed{3}", "\\boxed{2} or maybe \\boxed{3}",
+    "2\n3", "2 = 3", "Lyon = 3 = 2",
+])
+def test_values_joined_by_anything_but_arithmetic_are_refused(answer):
+    for gold in ("2", "3", "4"):
+        verdict = score_number(answer, [gold])
+        assert verdict.correct == 0.0, (gold, verdict.detail)
+
+
+@pytest.mark.parametrize("answer, gold", [
+    ("2 \\cdot 0 + 3", "3"), ("2\\pi", "2\\pi"), ("3\\sqrt{2}", "3\\sqrt{2}"), ("\\frac{1}{2}", "0.5"),
+    ("x = \\frac{6}{2}", "3"), ("10^{3}", "1000"),
+    ("1.5 \\times 10^{3}", "1500"), ("\\sqrt[3]{8}", "2"), ("3\\,\\text{cm}", "3"),
+    ("\\left(\\frac{1}{2}\\right)", "0.5"), ("The area is 42", "42"), ("Area = 42", "42"),
+])
+def test_one_value_in_latex_or_arithmetic_is_still_read(answer, gold):
+    verdict = score_number(answer, [gold])
+    assert verdict.correct == 1.0, verdict.detail

@@ -10,7 +10,8 @@ computation that can neither hang nor raise (the trainer must never stall on a r
     start_reward_workers()                      # optional: start the scoring processes now
 
 Modules: scoring.py picks the scorer (single_choice.py, multi_choice.py, open_answer.py,
-numbers.py; answer_part.py, normalise.py and options.py are what they share); penalties.py;
+numbers.py, paper.py; answer_part.py, characters.py, hedges.py, values.py, normalise.py and
+options.py are what they share); penalties.py;
 isolation.py runs scoring in worker processes that a timeout kills. The answer is scored only
 when there is one and it is at most `max_answer_chars` long; longer answers score 0 unread.
 """

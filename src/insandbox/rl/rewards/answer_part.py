@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 from insandbox.bench.scorers import last_boxed, strip_thinking
 
+from .hedges import without_connectives
+
 # \text{A, C} inside a box is the text itself
 _LATEX_TEXT = re.compile(r"\\(?:text|textbf|textit|mathrm|mathbf|mbox)\s*\{([^{}]*)\}")
 _LABEL = re.compile(
@@ -25,18 +27,15 @@ class AnswerPart:
     source: str  # "boxed", "label", "whole" or "empty" (only thinking, or nothing)
 
 
-# what may stand between values that are offered as alternatives: separators, "or"/"and", logic and
-# set connectives (LaTeX or Unicode), dollar signs
-CONNECTIVES = re.compile(
-    r"\\(?:lor|land|vee|wedge|cup|cap|bigvee|bigwedge|bigcup|bigcap|text\s*\{\s*(?:or|and)\s*\})(?![A-Za-z])"
-    r"|[∨∧∪∩]|\b(?:or|and)\b", re.I)
-_BETWEEN = re.compile(r"(?:[\s,;/&+|$，、；]|\\[,;:! ]|\\q?quad\b)+")
+_COMMAND = re.compile(r"\\[A-Za-z]+")
 
 
 def several_boxed(text: str) -> list[str]:
-    """The contents of two or more \\boxed{} that differ and have nothing but separators or
-    connectives around them ("\\boxed{2} \\lor \\boxed{3}", "\\boxed{2}, \\boxed{3}"): alternatives,
-    where the last box alone would win. [] for any other text."""
+    """The contents of two or more \\boxed{} that differ and have nothing but separators, LaTeX
+    commands or connectives of any language around them ("\\boxed{2} \\lor \\boxed{3}", "\\boxed{2},
+    \\boxed{3}", "\\boxed{2} → \\boxed{3}"), or an "or" among other words ("\\boxed{2} or maybe
+    \\boxed{3}"): alternatives, where the last box alone would win. [] for any other text (a reply
+    that changed its mind: "\\boxed{2} is wrong; the answer is \\boxed{3}")."""
     text = strip_thinking(text)
     boxes, rest, start = [], [], 0
     while (at := text.find("\\boxed{", start)) != -1:
@@ -50,8 +49,8 @@ def several_boxed(text: str) -> list[str]:
         boxes.append(text[at + len("\\boxed{"):i - 1].strip())
         start = i
     rest.append(text[start:])
-    outside = _BETWEEN.sub("", CONNECTIVES.sub("", "".join(rest)))
-    if len(set(boxes)) > 1 and not outside:
+    outside, joined_by = without_connectives(_COMMAND.sub(" ", "".join(rest)))
+    if len(set(boxes)) > 1 and (not any(ch.isalnum() for ch in outside) or "or" in joined_by):
         return boxes
     return []
 

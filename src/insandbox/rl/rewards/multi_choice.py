@@ -2,7 +2,8 @@
 
 The answer part (answer_part.py: thinking dropped, last \\boxed{}, "Answer:" label) must be letters
 and nothing else, in one of these shapes:
-- a list: "A, C", "A,C", "C and A", "A; C", "A/C", "(A) (C)", "**A**, **C**", one letter per line;
+- a list: "A, C", "A,C", "C and A" (or "and" in another language: "A und C", "A et C", "A и C",
+  "A 和 C"), "A; C", "A/C", "(A) (C)", "**A**, **C**", "\\{A, C\\}", "$A, C$", one letter per line;
   lower-case letters count here ("a, c");
 - option lines, each starting with its letter: "A. Paris\\nC. Lyon";
 - a run of upper-case letters and nothing else: "AC", "ACD" (how many exams write them);
@@ -24,12 +25,18 @@ from typing import Optional
 from insandbox.bench.scorers import strip_thinking
 
 from .answer_part import AnswerPart, answer_part, clip
+from .characters import clean
+from .hedges import CONNECTIVE_CLASS
 from .options import check_gold_among_options, gold_letters, row_options
 from .verdict import Verdict
 
 _OPTION_LINE = re.compile(r"[(\[]?([A-Z])[).:\]](?:\s+\S.*)?")
-_MARKUP = re.compile(r"[()\[\]{}\"'“”‘’«»*_`]")
-_SEPARATORS = re.compile(r"(?:[\s,;/&+|，、；]|\band\b)+", re.I)
+# brackets, quotes and emphasis around letters; LaTeX's escaped braces, delimiters and math dollars
+_MARKUP = re.compile(r"""\\(?:left|right|[bB]igg?[lr]?)(?![A-Za-z])|\\[{}()\[\]]|[()\[\]{}"'“”‘’«»*_`$]""")
+# "and" in any language the open answers know, except the one-letter Latin words ("y", "e", "i"): letters here
+_AND = sorted((w for w, kind in CONNECTIVE_CLASS.items() if kind == "and" and not (len(w) == 1 and w.isascii())),
+              key=len, reverse=True)
+_SEPARATORS = re.compile(r"(?:[\s,;/&+|，、；]|(?<!\w)(?:" + "|".join(map(re.escape, _AND)) + r")(?!\w))+", re.I)
 _LETTER = re.compile(r"([A-Za-z])[.:)]?")
 _RUN = re.compile(r"[A-Z]{2,26}\.?")
 _BOX = re.compile(r"\\boxed\{([^{}]*)\}")
@@ -72,6 +79,7 @@ def score_multi_choice(answer: str, ground_truth: object, options: object, probl
                        mode: str) -> Verdict:
     gold = gold_letters(ground_truth)
     allowed = check_gold_among_options(gold, row_options(options, problem_statement))
+    answer = clean(answer)
     part = answer_part(answer)
     boxes = _boxes_only(strip_thinking(answer))
     if boxes is not None:

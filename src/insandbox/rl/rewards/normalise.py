@@ -11,12 +11,8 @@ Here, in addition:
 - each Han, kana or other CJK ideograph is its own token, so token F1 works on text written without
   spaces (as multilingual SQuAD evaluations do).
 
-`clean` is what every scorer applies first, to the answer and to the references: invisible
-format characters go (zero-width space and joiners, word joiner, byte-order mark, soft hyphen,
-direction marks: Unicode category Cf), NFKC folds compatibility forms (full-width "Ａ" is "A",
-"１２" is "12"), and every decimal digit of any script is its ASCII digit (Arabic-Indic "٤٢" is
-"42"; the Arabic decimal and thousands separators become "." and ","). Without it a correct answer
-written with them scored 0.
+Every text is cleaned first (characters.py: the one form of signs, digits, invisible characters
+and the Turkish dotted I that every reader shares), then case folded.
 """
 from __future__ import annotations
 
@@ -24,38 +20,18 @@ import re
 import string
 import unicodedata
 
+from .characters import MINUS, clean
+
 _ARTICLES = re.compile(r"\b(?:a|an|the)\b")
 _THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
-_DECIMAL_POINT = re.compile(r"(?<=\d)\.(?=\d)")
+_DECIMAL_POINT = re.compile(r"(?<=\d)\.(?=\d)|(?<![\w.])\.(?=\d)")  # "3.5", ".5"
 _DECIMAL_COMMA = re.compile(r"(?<=\d),(?=\d)")
-_MINUS = re.compile(r"(?<!\w)-(?=\d)")
 # private-use stand-ins for what punctuation inside numbers means, while punctuation goes
 _KEEP = {".": "\uE000", ",": "\uE001", "-": "\uE002"}
 _DELETED = {".", "'", "\u2019", "\u02bc"}  # periods and apostrophes join what they separate
-_MINUS_SIGNS = str.maketrans({"\u2212": "-", "\u2012": "-", "\u2013": "-", "\uFE63": "-", "\uFF0D": "-"})
 _ASCII_PUNCTUATION = set(string.punctuation)
 # ideographs and kana: written without spaces, one token each
 _CJK = re.compile(r"([\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002fa1f])")
-
-
-# the Arabic decimal separator and thousands separator, as the ASCII ones
-_ARABIC_SEPARATORS = {"\u066b": ".", "\u066c": ","}
-
-
-def _clean_char(ch: str) -> str:
-    if ch.isascii():
-        return ch
-    if unicodedata.category(ch) == "Cf":  # invisible: zero-width space, joiners, BOM, direction marks
-        return ""
-    if ch in _ARABIC_SEPARATORS:
-        return _ARABIC_SEPARATORS[ch]
-    digit = unicodedata.decimal(ch, None)
-    return str(digit) if digit is not None else ch
-
-
-def clean(text: str) -> str:
-    """Invisible characters dropped, compatibility forms folded, every script's digits as ASCII."""
-    return "".join(_clean_char(ch) for ch in unicodedata.normalize("NFKC", text))
 
 
 def _is_punctuation(ch: str) -> bool:
@@ -63,11 +39,11 @@ def _is_punctuation(ch: str) -> bool:
 
 
 def normalise(text: str, drop_articles: bool = True) -> str:
-    text = unicodedata.normalize("NFKC", text).translate(_MINUS_SIGNS).casefold()
+    text = clean(text).casefold()
     text = _THOUSANDS.sub("", text)
     text = _DECIMAL_POINT.sub(_KEEP["."], text)
     text = _DECIMAL_COMMA.sub(_KEEP[","], text)
-    text = _MINUS.sub(_KEEP["-"], text)
+    text = MINUS.sub(_KEEP["-"], text)
     text = "".join(("" if ch in _DELETED else " ") if _is_punctuation(ch) else ch for ch in text)
     for mark, stand_in in _KEEP.items():
         text = text.replace(stand_in, mark)

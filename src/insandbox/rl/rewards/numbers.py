@@ -1,36 +1,52 @@
 """Numeric open answers (`answer_type` "number"): math-verify on the one number the answer states.
 
-The answer part (answer_part.py) must state exactly one number, so hedging gets no credit:
+The answer is cleaned first (characters.py: one form of signs, digits, superscripts, fractions and
+digit groups for every reader). The answer part (answer_part.py) must state exactly one number,
+so hedging gets no credit:
 - accepted: "42", "42.0", "+42", "$42", "$42$", "\\boxed{42}", "42 apples", "about 42", "x = 42",
-  "1,000" (= 1000), "4.2e1", "84/2", "\\frac{84}{2}", "42%" (a percent sign is ignored on both
-  sides: "42%" equals "42", not "0.42");
-- refused: "41 or 42", "between 40 and 45" (several numbers), "2 \\lor 3", "x=2 \\vee x=3",
-  "3 \\land 4", "2 \\cup 3" (values joined by a logical or set connective, which math-verify would
-  otherwise read as one of them), "\\boxed{2} or \\boxed{3}" (several boxes offered as
+  "1,000" and "1 000" with a thin space (= 1000), "4.2e1", "4.2 × 10^1", "10^3", "2²" (= 4),
+  "84/2", "\\frac{84}{2}", "½", "1½" (= 3/2), "42%" (a percent sign is ignored on both sides:
+  "42%" equals "42", not "0.42"); "–3", "‒3", "‐3", "−3" are all -3;
+- refused: "41 or 42", "between 40 and 45", "1 000" with a plain space (several numbers), "±3",
+  "2 \\lor 3", "x=2 \\vee x=3", "2 \\mid 3", "2 \\to 3", "2 = 3" (values.py: whatever math-verify
+  would read as one of several values), "\\boxed{2} or \\boxed{3}" (several boxes offered as
   alternatives), "forty-two" (no number), unless a reference says the same in words (every
   answer is also compared with every reference by normalised exact match).
-Text with LaTeX commands left after unwrapping (\\frac, \\sqrt, ...) goes to math-verify whole.
+Text with LaTeX commands left after unwrapping (\\frac, \\sqrt, ...) goes to math-verify whole,
+when it states one value and every command and sign in it is arithmetic (values.py).
 math-verify's own timeouts are off (they use SIGALRM and cannot stop C code): the caller bounds
 the time (isolation.py runs this in a process it can kill).
 """
 from __future__ import annotations
 
 import re
-import unicodedata
 from typing import Optional
 
-from .answer_part import CONNECTIVES, answer_part, clip, several_boxed, unwrap_latex_text
+from .answer_part import answer_part, clip, several_boxed, unwrap_latex_text
+from .characters import clean
 from .normalise import normalise
+from .values import not_arithmetic, several_values
 from .verdict import Verdict
 
 _INTEGER = r"\d{1,3}(?:,\d{3})+(?!\d)|\d+"
 _DECIMAL = rf"(?:{_INTEGER})(?:\.\d+)?|\.\d+"
-# one number as written: sign, thousands commas, decimals, a fraction a/b, an exponent, a percent sign
-_NUMBER = re.compile(rf"(?<![\w.])(?P<sign>[-+]?)(?P<num>{_DECIMAL})(?:/(?P<den>{_DECIMAL}))?"
-                     rf"(?:[eE](?P<exp>[-+]?\d+))?%?")
+
+
+def _power(name: str) -> str:
+    return r"\^\{?(?P<" + name + r">[-+]?\d+)\}?"
+
+
+# one number as written: sign, thousands commas, decimals, a power, a fraction a/b, an exponent
+# (4.2e1, 4.2 × 10^1), a percent sign; never the start or the end of a longer one ("1.000.000")
+_NUMBER = re.compile(rf"(?<![\w.])(?P<sign>[-+]?)(?P<num>{_DECIMAL})(?:{_power('pow')})?"
+                     rf"(?:/(?P<den>{_DECIMAL}))?"
+                     rf"(?:[eE](?P<exp>[-+]?\d+)|\s*[×x*·⋅]\s*10{_power('exp10')})?(?!\.?\d)%?")
+_PLUS_MINUS = re.compile(r"[±∓]")
+# digits left once the numbers are read: glued to a word ("or4") or a number's index ("10_2"), except a
+# variable's index or a power ("x_1", "x^2")
+_GLUED_DIGITS = re.compile(r"(?<![\d^])(?<![^\W\d]_)\d+")
 _LATEX_SPACING = re.compile(r"\\(?:[,;:! ]|quad|qquad)")
 _MATH_DELIMITERS = re.compile(r"\$|\\\(|\\\)|\\\[|\\\]")
-_MINUS_SIGNS = str.maketrans({"\u2212": "-", "\uFE63": "-", "\uFF0D": "-"})
 
 
 def _as_latex(m: re.Match) -> str:
@@ -38,27 +54,36 @@ def _as_latex(m: re.Match) -> str:
         return x.replace(",", "")
 
     text = m.group("sign").replace("+", "") + plain(m.group("num"))
+    if m.group("pow"):
+        text = f"{text}^{{{int(m.group('pow'))}}}"
     if m.group("den"):
         text = f"\\frac{{{text}}}{{{plain(m.group('den'))}}}"
-    if m.group("exp"):
-        text = f"{text}\\times 10^{{{int(m.group('exp'))}}}"
+    exponent = m.group("exp") or m.group("exp10")
+    if exponent:
+        text = f"{text}\\times 10^{{{int(exponent)}}}"
     return text
 
 
 def read_number(text: str) -> tuple[Optional[str], str]:
     """(what math-verify compares, or None; how it was read or why not)."""
-    text = unicodedata.normalize("NFKC", text).translate(_MINUS_SIGNS)
-    text = _LATEX_SPACING.sub(" ", unwrap_latex_text(text)).replace("\\%", "%").replace("\\$", "$")
+    text = _LATEX_SPACING.sub(" ", unwrap_latex_text(clean(text))).replace("\\%", "%").replace("\\$", "$")
     text = _MATH_DELIMITERS.sub(" ", text).strip().rstrip(".")
     if "\\" in text:
-        if CONNECTIVES.search(text):  # "2 \\lor 3": a hedge, which math-verify scores as its last value
-            return None, "values joined by a connective (or, and, \\lor, \\vee, \\cup...): alternatives"
+        several = several_values(text)
+        if several:  # "2 \\lor 3", "2 \\mid 3": a hedge, which math-verify would score as one of its values
+            return None, several
+        other = not_arithmetic(text)
+        if other:
+            return None, f"{other!r} is not arithmetic"
         return text, "LaTeX, compared whole"
+    if _PLUS_MINUS.search(text):
+        return None, "± states two values"
     found = list(_NUMBER.finditer(text))
     if not found:
         return None, "no number"
-    if len(found) > 1:
-        return None, "several numbers: " + ", ".join(clip(m.group(0), 40) for m in found[:10])
+    glued = _GLUED_DIGITS.findall(_NUMBER.sub(" ", text))
+    if len(found) > 1 or glued:  # "3または4", "3 or4": a number glued to a word is still a number
+        return None, "several numbers: " + ", ".join(clip(m, 40) for m in ([m.group(0) for m in found] + glued)[:10])
     return _as_latex(found[0]), "one number"
 
 
@@ -71,6 +96,7 @@ def _math_verify_equal(gold: str, pred: str) -> bool:
 
 
 def score_number(answer: str, references: list[str]) -> Verdict:
+    answer, references = clean(answer), [clean(r) for r in references]
     part = answer_part(answer)
     pred, how = read_number(part.text)
     detail = {"method": "math-verify on the one number stated (or normalised exact match with a reference)",

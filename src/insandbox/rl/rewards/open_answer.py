@@ -5,22 +5,24 @@ The answer part is found first (answer_part.py: thinking dropped, last \\boxed{}
 label). Text that is nothing but articles ("The") keeps them, so such a reference can still be
 matched; a reference that is nothing but punctuation can never be.
 
-Several answers at once score 0 in both modes: an answer part that a line break, ";", "/", "|",
-a comma (not one inside a number), "or", "and" or "&" splits into two or more answers ("Paris or
-Lyon", "Paris, Lyon", one per line), unless a reference itself holds that separator ("salt and
-pepper"), and several \\boxed{} offered as alternatives. Token F1 would pay for hedging (three
+Several answers at once score 0 in both modes: an answer part that a separator (any punctuation,
+symbol or control character that is not part of a word or a number: ";", "/", "(", "-" between
+words, "->", a tab, a line break) or a connective of one of many languages ("or", "oder", "ou",
+"或", "или", ...) splits into two or more answers ("Paris or Lyon", "Paris, Lyon", one per line),
+unless a reference itself holds that kind of separator ("salt and pepper"), and several
+\\boxed{} offered as alternatives (hedges.py has the rule). Token F1 would pay for hedging (three
 guesses, one right: 0.5). Extra words are still F1's business: the right answer plus a stray word
 lowers precision ("Paris banana" against "Paris": 0.67), and is never worth more than the right
 answer alone.
 """
 from __future__ import annotations
 
-import re
 from collections import Counter
 from dataclasses import dataclass
-from typing import Optional
 
 from .answer_part import answer_part, clip, several_boxed
+from .characters import clean
+from .hedges import alternatives
 from .normalise import normalise
 from .verdict import Verdict
 
@@ -51,30 +53,12 @@ def token_f1(prediction: str, reference: str) -> Match:
     return Match(reference, 2 * precision * recall / (precision + recall), precision, recall)
 
 
-# what offers several answers at once (each one ignored where a reference itself uses it)
-SEPARATORS = {
-    "line break": re.compile(r"\n"),
-    ";": re.compile(r"[;；]"),
-    "/": re.compile(r"/"),
-    "|": re.compile(r"\|"),
-    ",": re.compile(r"(?<!\d)[,，、]|[,，、](?!\d)"),  # "1,000" is one number
-    "or": re.compile(r"\bor\b", re.I),
-    "and": re.compile(r"\band\b|&", re.I),
-}
-
-
-def alternatives(text: str, references: list[str]) -> Optional[tuple[str, list[str]]]:
-    """(the separator, the answers) when the text offers two or more answers; None otherwise."""
-    for name, separator in SEPARATORS.items():
-        if any(separator.search(ref) for ref in references):
-            continue
-        parts = [p.strip() for p in separator.split(text) if _comparable(p)]
-        if len(parts) > 1:
-            return name, parts
-    return None
+def _says_something(part: str) -> bool:
+    return bool(normalise(part))
 
 
 def score_open_text(answer: str, references: list[str], mode: str) -> Verdict:
+    answer, references = clean(answer), [clean(r) for r in references]
     part = answer_part(answer)
     method = "token F1, best reference" if mode == "f1" else "normalised exact match, any reference"
     detail = {"method": method, "answer_from": part.source, "extracted": clip(part.text),
@@ -82,7 +66,9 @@ def score_open_text(answer: str, references: list[str], mode: str) -> Verdict:
     if not part.text:
         return Verdict(0.0, {**detail, "why": "no answer"})
     boxes = several_boxed(answer)
-    several = ("boxes", boxes) if boxes else alternatives(part.text, references)
+    several = ("boxes", boxes) if boxes else None
+    if not several and not any(exact_match(part.text, ref).score for ref in references):  # a reference is no hedge
+        several = alternatives(part.text, references, _says_something)
     if several:  # hedging: never scored as one of them
         how, parts = several
         detail["why"] = f"several answers ({how}): " + "; ".join(clip(p, 40) for p in parts[:10])

@@ -6,8 +6,9 @@
     open, number   numbers.py        math-verify, any alias
     (scoring="paper": paper.py, the official LLM-in-Sandbox-RL reward, for every qa_type)
 
-Every answer and reference goes through normalise.clean first (invisible characters, full-width
-forms, other scripts' digits), so "Ａ", "٤٢" and "Par\u200bis" are read as "A", "42" and "Paris".
+Every answer and reference goes through characters.clean first (invisible characters, full-width
+forms, other scripts' digits, one minus sign, superscripts, fractions, digit groups), so "Ａ", "٤٢",
+"Par\u200bis" and "–3" are read as "A", "42", "Paris" and "-3" by every scorer alike.
 
 A broken row (ground truth that is no letter, options that miss the ground truth, an unknown
 qa_type) raises: the caller turns that into an error result, never into a silent 0.
@@ -18,8 +19,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from .characters import clean
 from .multi_choice import score_multi_choice
-from .normalise import clean
 from .numbers import score_number
 from .open_answer import score_open_text
 from .paper import score_paper
