@@ -31,7 +31,7 @@ import json
 import time
 from typing import Any, Optional
 
-from ..core import defaults
+from ..core import defaults, model_json
 from ..tools.base import ToolCall
 from .base import ContextLengthError, ModelError, ModelReply, Usage, refuse_cut_calls
 from .http_transport import sdk_http_client, sdk_post, sdk_stream_client
@@ -74,9 +74,9 @@ def api_root(base_url: Optional[str]) -> Optional[str]:
 
 def _arguments(text: str) -> dict:
     try:
-        value = json.loads(text or "{}")
-    except ValueError:
-        return {"_raw": text}  # never from this API (its inputs are objects), but a history may carry one
+        value = model_json.loads(text or "{}")
+    except ValueError:  # a stream's input that was not JSON, or one nested past reading: sent back as text
+        return {"_raw": text}
     return value if isinstance(value, dict) else {"value": value}
 
 
@@ -315,7 +315,11 @@ class AnthropicClient(SDKClient):
                 thinking.append(b)
                 reasoning.append(b.get("thinking") or "[redacted thinking]")
             elif kind == "tool_use":
-                calls.append(ToolCall(id=b["id"], name=b["name"], arguments=_input_text(b)))
+                try:
+                    calls.append(ToolCall(id=b["id"], name=b["name"], arguments=_input_text(b)))
+                except ValueError as e:  # an input nested past reading: the model hears why, nothing runs
+                    calls.append(ToolCall(id=b["id"], name=b["name"], arguments="",
+                                          refused=f"the arguments are not valid JSON ({e}); send one JSON object"))
         content = "".join(texts)
         from_text, errors = False, []
         if not calls:  # calls written as text (--tool-format text, or a model that does so unasked)
@@ -348,7 +352,7 @@ def message_json(content: bytes) -> dict:
         raise MalformedResponse("an empty body")
     try:
         data = json.loads(content)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested past reading
         raise MalformedResponse(f"a body that is not JSON ({len(content):,} bytes): {excerpt(content)}") from None
     if not isinstance(data, dict):
         raise MalformedResponse(f"JSON that is not an object: {excerpt(content)}")
@@ -372,7 +376,7 @@ def _input_text(block: dict) -> str:
     value = block.get("input")
     if isinstance(value, str):
         return value
-    return json.dumps(value if value is not None else {}, ensure_ascii=False)
+    return model_json.dumps(value if value is not None else {})  # ValueError: nested past reading
 
 
 def _usage(u: Any) -> Usage:
@@ -451,8 +455,8 @@ class StreamedMessage:
             return
         text = "".join(parts)
         try:
-            self.blocks[index]["input"] = json.loads(text or "{}")
-        except ValueError:
+            self.blocks[index]["input"] = model_json.loads(text or "{}")
+        except ValueError:  # not JSON, nested past reading, NaN, a key twice: the tool layer says which
             self.blocks[index].update(input={}, **{RAW_INPUT: text})
 
     def message(self) -> dict:

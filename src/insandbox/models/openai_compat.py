@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Optional
 
-from ..core import defaults
+from ..core import defaults, model_json
 from ..tools.base import ToolCall
 from .base import ContextLengthError, ModelError, ModelReply, Usage, refuse_cut_calls
 from .http_transport import sdk_http_client, sdk_post, sdk_stream_client
@@ -266,16 +266,23 @@ class OpenAIChatClient(SDKClient):
         msg = choice["message"]
         reasoning = msg.get("reasoning_content") or msg.get("reasoning") or msg.get("thinking")
         if reasoning is not None and not isinstance(reasoning, str):
-            reasoning = json.dumps(reasoning, ensure_ascii=False)
+            try:
+                reasoning = model_json.dumps(reasoning)
+            except ValueError as e:
+                reasoning = f"(reasoning not shown: {e})"
         content = _text_of(msg.get("content"))
         calls, seen = [], set()
         for tc in msg.get("tool_calls") or []:
             fn = tc["function"]
             call_id = tc.get("id") if isinstance(tc.get("id"), str) and tc["id"] not in seen else new_call_id()
             seen.add(call_id)
-            args = fn.get("arguments")
-            args = args if isinstance(args, str) else ("" if args is None else json.dumps(args, ensure_ascii=False))
-            calls.append(ToolCall(id=call_id, name=fn["name"], arguments=args))
+            args, refused = fn.get("arguments"), None
+            if not isinstance(args, str):  # a server that sends the arguments as JSON, not as its text
+                try:
+                    args = "" if args is None else model_json.dumps(args)
+                except ValueError as e:  # nested past what may be read: the model hears why, nothing runs
+                    args, refused = "", f"the arguments are not valid JSON ({e}); send one JSON object"
+            calls.append(ToolCall(id=call_id, name=fn["name"], arguments=args, refused=refused))
         message: dict[str, Any] = {"role": "assistant", "content": content or ""}
         from_text, errors = False, []
         if not calls:
@@ -306,7 +313,7 @@ def completion_json(content: bytes, content_type: Optional[str] = None) -> dict:
         raise MalformedResponse(f"an empty body ({kind})")
     try:
         data = json.loads(content)
-    except ValueError:  # UnicodeDecodeError included
+    except (ValueError, RecursionError):  # UnicodeDecodeError included; RecursionError: nested past reading
         raise MalformedResponse(f"a body that is not JSON ({kind}, {len(content):,} bytes): "
                                 f"{excerpt(content)}") from None
     if not isinstance(data, dict):
@@ -337,7 +344,8 @@ def completion_json(content: bytes, content_type: Optional[str] = None) -> dict:
 def _text_of(content: Any) -> Optional[str]:
     """The message's text: a string, or the text parts of a list of parts."""
     if isinstance(content, list):
-        return "".join(p.get("text") or "" if isinstance(p, dict) else str(p) for p in content)
+        return "".join(p.get("text") or "" if isinstance(p, dict) else "" if isinstance(p, list) else str(p)
+                       for p in content)
     return content
 
 
