@@ -35,6 +35,7 @@ from pydantic import ConfigDict, Field
 from ...agent.env import EnvConfig, SandboxEnv, Task
 from ...agent.loop import run_episode
 from ...config import SandboxSettings
+from ...core import defaults
 from ...core.episode import Episode, ExitReason
 from ...core.trajectory import SkippedOutput, Trajectory
 from ...prompts import PromptConfig, load_prompt_config
@@ -68,6 +69,8 @@ class RolloutConfig(SandboxSettings):
     top_p: float = Field(default=1.0, gt=0, le=1)
     timeout_s: float = Field(default=900.0, gt=0)  # a whole rollout; past it the rollout is masked
     stuck_after: Optional[int] = Field(default=None, ge=2)  # end early after identical steps (off, as in the paper)
+    # tool calls of one turn that run; the rest are answered "not run"
+    max_tool_calls_per_reply: int = Field(default=defaults.MAX_TOOL_CALLS_PER_REPLY, ge=1)
     prompt_config: Optional[Path] = None  # default: rl/prompts.yaml (material in /testbed/documents)
     template_kwargs: dict[str, Any] = Field(default_factory=dict)  # e.g. {"enable_thinking": false}
     pool: bool = True  # rollouts of a run_groups() call share a pool of started sandboxes (sandbox/pool.py)
@@ -78,7 +81,8 @@ class RolloutConfig(SandboxSettings):
 
     def env_config(self, run_id: str = "") -> EnvConfig:
         return EnvConfig(prompts=self.prompts(), run_id=run_id, max_steps=self.max_turns,
-                         stuck_after=self.stuck_after, **self.env_fields())
+                         stuck_after=self.stuck_after, max_tool_calls_per_reply=self.max_tool_calls_per_reply,
+                         **self.env_fields())
 
 
 class Rollouts:
