@@ -25,7 +25,7 @@ def deep_value(n: int) -> list:
 
 
 @pytest.mark.parametrize("text,reason", [
-    ("[" * 100_000 + "]" * 100_000, "64 deep"), ("[" * 1000, "64 deep"), ("{\"a\": " * 500 + "1" + "}" * 500, "64 deep"),
+    ("[" * 100_000 + "]" * 100_000, "64 deep"), ("[" * 1000, "64 deep"), ('{"a": ' * 500 + "1" + "}" * 500, "64 deep"),
     ("[" * 65 + "]" * 65, "64 deep"), ('{"a": 1, "a": 2}', "appears twice"), ("[NaN]", "NaN is not"),
     ("[-Infinity]", "-Infinity is not"), ("1e400", "too large"), ("9" * 5000, "5,000 digits"), ("{oops}", "Expecting"),
 ])

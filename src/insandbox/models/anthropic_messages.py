@@ -409,6 +409,8 @@ class StreamedMessage:
         self.stopped = False
 
     def add(self, event: dict) -> list[tuple[str, str]]:
+        """Take one event; returns the (kind, text) pieces of the answer it brought (a tool call's or a
+        signature's with empty text); none for events without any (ping, message_start, a block's end)."""
         self.events += 1
         kind = event.get("type")
         pieces: list[tuple[str, str]] = []
@@ -420,19 +422,25 @@ class StreamedMessage:
             self.blocks[event["index"]] = dict(event["content_block"])
             if event["content_block"].get("type") == "tool_use":
                 self.json_parts[event["index"]] = []
+                pieces.append(("tool_call", ""))  # its name and id: part of the answer
         elif kind == "content_block_delta":
             block, delta = self.blocks[event["index"]], event["delta"]
             if delta["type"] == "text_delta":
                 block["text"] = block.get("text", "") + delta["text"]
-                pieces.append(("content", delta["text"]))
+                if delta["text"]:
+                    pieces.append(("content", delta["text"]))
             elif delta["type"] == "thinking_delta":
                 block["thinking"] = block.get("thinking", "") + delta["thinking"]
-                pieces.append(("reasoning", delta["thinking"]))
+                if delta["thinking"]:
+                    pieces.append(("reasoning", delta["thinking"]))
             elif delta["type"] == "signature_delta":
                 block["signature"] = delta["signature"]
+                if delta["signature"]:
+                    pieces.append(("signature", ""))
             elif delta["type"] == "input_json_delta":
                 self.json_parts[event["index"]].append(delta["partial_json"])
-                pieces.append(("tool_call", ""))
+                if delta["partial_json"]:
+                    pieces.append(("tool_call", ""))
         elif kind == "content_block_stop":
             self.finish_input(event["index"])
         elif kind == "message_delta" and self.data is not None:
@@ -444,7 +452,7 @@ class StreamedMessage:
             self.stopped = True
         if pieces and self.first_token_at is None:
             self.first_token_at = time.perf_counter()
-        return [p for p in pieces if p[1]]
+        return pieces
 
     def finish_input(self, index: int) -> None:
         """Put a tool_use block's input together. Input that is not JSON (a model's mistake, or a cut

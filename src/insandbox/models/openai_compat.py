@@ -420,7 +420,8 @@ class StreamedCompletion:
         self.meta: dict = {}
 
     def add(self, chunk: dict) -> list[tuple[str, str]]:
-        """Take one chunk; returns the (kind, text) pieces it brought, for display."""
+        """Take one chunk; returns the (kind, text) pieces of the answer it brought (a tool call's part with
+        empty text); none for a chunk without any (a role, an empty delta, a finish reason, usage)."""
         self.chunks += 1
         if chunk.get("error"):
             raise MalformedResponse(f"an error in the stream: {excerpt(json.dumps(chunk['error']))}")
@@ -449,17 +450,18 @@ class StreamedCompletion:
             for tc in delta.get("tool_calls") or []:
                 empty = {"id": None, "type": "function", "function": {"name": "", "arguments": ""}}
                 call = self.calls.setdefault(tc.get("index", len(self.calls)), empty)
+                fn = tc.get("function") or {}
                 if tc.get("id"):
                     call["id"] = tc["id"]
-                fn = tc.get("function") or {}
                 if fn.get("name"):
                     call["function"]["name"] += fn["name"]
                 if isinstance(fn.get("arguments"), str):
                     call["function"]["arguments"] += fn["arguments"]
-                pieces.append(("tool_call", ""))
+                if tc.get("id") or fn.get("name") or fn.get("arguments"):
+                    pieces.append(("tool_call", ""))
         if pieces and self.first_token_at is None:
             self.first_token_at = time.perf_counter()
-        return [p for p in pieces if p[1]]
+        return pieces
 
     def completion(self) -> dict:
         """The completion the chunks make up; MalformedResponse when the stream ended early."""
