@@ -112,3 +112,25 @@ def test_a_reply_of_50_calls_runs_16_and_the_rest_are_told_not_run(scripted, run
     result = run_async(arun("few", model="m", base_url=srv.url, output_dir=tmp_path / "b", image=docker_image,
                             max_tool_calls_per_reply=2))
     assert [c.error for c in result.trajectory.steps[0].tool_calls] == [False, False, True, True, True]
+
+
+def test_a_time_limit_says_whether_the_models_commands_or_the_model_server_spent_it(scripted, run_async, tmp_path,
+                                                                                   docker_image):
+    """A time limit spent in the model's own commands (`sleep 100000` every turn) is the model's
+    (exit_cause "commands"); one spent waiting on a slow model server is not ("infrastructure")."""
+    srv = scripted({"turns": [bash("sleep 100000")] * 50})
+    result = run_async(arun("stall", model="m", base_url=srv.url, output_dir=tmp_path / "a", image=docker_image,
+                            time_limit=8, timeout_per_command=2.5, stuck_after=None))
+    t = Trajectory.load(tmp_path / "a" / "trajectory.json")
+    assert result.exit_reason == "time_limit" and t.exit_cause == "commands", t.exit_detail
+    assert "in the model's commands" in t.exit_detail and all(s.tool_calls[0].timed_out for s in t.steps)
+
+    slow = scripted({"latency": 1.5, "turns": [bash("true")] * 50})
+    result = run_async(arun("slow", model="m", base_url=slow.url, output_dir=tmp_path / "b", image=docker_image,
+                            time_limit=5, stuck_after=None))
+    t = Trajectory.load(tmp_path / "b" / "trajectory.json")
+    assert result.exit_reason == "time_limit" and t.exit_cause == "infrastructure", t.exit_detail
+
+
+def bash(command: str) -> dict:
+    return {"tool": "execute_bash", "args": {"command": command}}

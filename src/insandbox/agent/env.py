@@ -238,7 +238,8 @@ class SandboxEnv:
                                        f"per reply. Make this call again in a later reply if you still need it.",
                                        error=True), 0.0
             else:
-                out, took = await self.toolbox.call(self.sandbox, call)
+                with ep.timing("tools"):  # the model's own commands: a time limit spent here is its doing
+                    out, took = await self.toolbox.call(self.sandbox, call)
             submitted = submitted or out.submitted
             tool_time += took
             observations.append(Observation(call, out, took))
@@ -303,7 +304,7 @@ class SandboxEnv:
             env.episode = copy.deepcopy(self.episode)
             if config is not None:
                 env.episode.limits = config.episode_limits()
-                env.episode.started = time.monotonic()
+                env.episode.restart_clock()
             env.sandbox, env._open, env._started, env._snapshot = sandbox, [sandbox], True, snap
             snap.acquire()
             branches.append(env)
