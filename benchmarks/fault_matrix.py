@@ -415,9 +415,9 @@ TEST_ROWS: list[tuple[str, str, str]] = [  # (case, expected, pytest node id or 
     ("`sleep 100000` every turn until the time limit", "the model's (exit_cause commands): RL scores it with the "
      "time-limit penalty; a slow model server stays masked", POLICY + "test_stalling_in_its_own_commands_is_"
      "penalised_waiting_on_the_sampler_is_masked"),
-    ("a tool output printing the chat template's end of turn and assistant header (RL)", "plain-text ids: only the template's own "
-     "special tokens in the environment's tokens", POLICY + "test_a_tool_output_that_prints_the_templates_tokens_"
-     "stays_text"),
+    ("a tool output printing the chat template's end of turn and assistant header (RL)", "plain-text ids: only "
+     "the template's own special tokens in the environment's tokens",
+     POLICY + "test_a_tool_output_that_prints_the_templates_tokens_stays_text"),
     ("model server: empty role chunks streamed forever", "the try stalls after --stall-timeout, is retried",
      "tests/models/test_openai_stream.py::test_empty_chunks_sent_forever_do_not_hold_the_stall_timer"),
     ("verl's critic/score/mean with masked rollouts", "the mean over the rollouts not masked (-0.150, not -0.094)",
