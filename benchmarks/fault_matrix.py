@@ -346,6 +346,8 @@ NETWORK = "tests/sandbox/test_network.py::"
 RUN_FOLDER = "tests/replay/test_run_folder_is_data.py::"
 HOST_VIEW = "tests/sandbox/test_hostview.py::"
 RESET_CHECK = "tests/sandbox/test_resetcheck.py::"
+HOSTILE = "tests/agent/test_hostile_replies.py::"
+POLICY = "tests/rl/rollout/test_hostile_policy.py::"
 TEST_ROWS: list[tuple[str, str, str]] = [  # (case, expected, pytest node id or file)
     ("a leader that exits alone (state Z) while its thread rewrites the answer, then a reset",
      "killed; the next sample grades its own answer", RESET_CHECK + "test_a_process_that_looks_dead_does_not_reach_"
@@ -456,6 +458,23 @@ TEST_ROWS: list[tuple[str, str, str]] = [  # (case, expected, pytest node id or 
      "leaves_no_container"),
     ("bench SIGTERM, then SIGINT, then --resume", "each stops cleanly, results kept; --resume finishes",
      BENCH + "test_sigterm_then_sigint_stop_the_bench_cleanly_and_resume_finishes"),
+    ("a reply of 1,000 / 100,000 nested brackets, tagged or not, text or native arguments; NaN, a key twice",
+     "a tool error or reminder the model reads; never internal_error; the run goes on to submit",
+     HOSTILE + "test_deeply_nested_replies_are_the_models_errors_never_insandbox_s"),
+    ("an RL policy's turns of nested brackets", "its own mistake: not internal_error, not masked",
+     POLICY + "test_nested_turns_are_the_policys_own_never_infrastructure"),
+    ("50 tool calls in one reply", "16 run (--max-tool-calls-per-reply); each other one is answered 'not run'",
+     HOSTILE + "test_a_reply_of_50_calls_runs_16_and_the_rest_are_told_not_run"),
+    ("`sleep 100000` every turn until the time limit", "the model's (exit_cause commands): RL scores it with the "
+     "time-limit penalty; a slow model server stays masked", POLICY + "test_stalling_in_its_own_commands_is_"
+     "penalised_waiting_on_the_sampler_is_masked"),
+    ("a tool output printing the chat template's end of turn and assistant header (RL)", "plain-text ids: only "
+     "the template's own special tokens in the environment's tokens",
+     POLICY + "test_a_tool_output_that_prints_the_templates_tokens_stays_text"),
+    ("model server: empty role chunks streamed forever", "the try stalls after --stall-timeout, is retried",
+     "tests/models/test_openai_stream.py::test_empty_chunks_sent_forever_do_not_hold_the_stall_timer"),
+    ("verl's critic/score/mean with masked rollouts", "the mean over the rollouts not masked (-0.150, not -0.094)",
+     "tests/rl/trainers/test_verl_metrics.py::test_the_logged_score_is_the_mean_over_rollouts_that_are_not_masked"),
     ("viewer: DNS rebinding (a Host that is not the viewer's)", "400 with the page CSP on every route, static files "
      "and event streams included", VIEWER + "test_a_foreign_host_header_is_refused_on_every_route"),
     ("viewer: output names made to break URLs (.%2e, ?, #, \\n, \\, not UTF-8)", "each listed, shown and "

@@ -167,6 +167,17 @@ def test_a_stalled_stream_fails_the_try_and_is_retried(scripted, run_async):
     assert "stream sent nothing for 0.5 s (3 events had come)" in reply.notes[0]
 
 
+def test_empty_events_sent_forever_do_not_hold_the_stall_timer(scripted, run_async):
+    """Regression: each event restarted the stall timer, so a server sending events with nothing of the
+    answer in them (here an empty message_delta; the SDK drops `ping`s itself) forever held the try until the
+    request timeout; only parts of the answer count."""
+    srv = scripted({"turns": [{"tool": "submit", "fail": {"stall": 1, "keepalive": 0.1, "times": 9}}]})
+    client = AnthropicClient("claude-test", base_url=srv.url, stream=True, stall_timeout=0.5, timeout=20,
+                             max_retries=0, backoff=FAST)
+    with pytest.raises(ModelError, match="sent nothing for 0.5 s but .* events without text"):
+        conversation(1, client, run_async)
+
+
 def test_a_stream_that_keeps_stalling_is_a_clear_error(scripted, run_async):
     srv = scripted({"turns": [{"tool": "submit", "fail": {"stall": 1, "times": 9}}]})
     client = AnthropicClient("claude-test", base_url=srv.url, stream=True, stall_timeout=0.3, max_retries=1,

@@ -56,6 +56,19 @@ def test_a_stalled_stream_is_retried_then_a_clear_error(scripted, run_async):
         ask(srv, run_async, stream=True, stall_timeout=0.3, max_retries=1)
 
 
+def test_empty_chunks_sent_forever_do_not_hold_the_stall_timer(scripted, run_async):
+    """Regression: a server sending empty `{"role": "assistant"}` deltas forever restarted the stall
+    timer with each one, so the try lasted until the request timeout. Only text, reasoning and tool-call
+    parts count: the try stalls after stall_timeout, is retried, and the next try's answer is taken."""
+    srv = scripted({"turns": [{"tool": "submit", "fail": {"stall": 2, "keepalive": 0.1, "times": 1}}]})
+    reply, _ = ask(srv, run_async, stream=True, stall_timeout=0.6, timeout=20)
+    assert reply.tool_calls[0].name == "submit" and len(srv.requests) == 2
+    assert "sent nothing for 0.6 s but" in reply.notes[0] and "chunks without text" in reply.notes[0]
+    srv = scripted({"turns": [{"tool": "submit", "fail": {"stall": 1, "keepalive": 0.1, "times": 9}}]})
+    with pytest.raises(ModelError, match="sent nothing for 0.5 s but .* chunks without text"):
+        ask(srv, run_async, stream=True, stall_timeout=0.5, timeout=20, max_retries=0)
+
+
 def test_a_stream_cut_short_is_retried(scripted, run_async):
     srv = scripted({"turns": [{"tool": "submit", "fail": {"cut": 300, "length": False, "times": 1}}]})
     # the cut fault answers with the non-streamed body's first bytes: not a stream, so a failed try

@@ -82,6 +82,7 @@ class EnvConfig:
     token_budget: Optional[int] = None
     time_limit: Optional[float] = None  # seconds per episode, sandbox start included
     stuck_after: Optional[int] = defaults.STUCK_AFTER  # identical steps in a row: `stuck`; None: off
+    max_tool_calls_per_reply: int = defaults.MAX_TOOL_CALLS_PER_REPLY  # run in order; the rest answered "not run"
     command_timeout: float = defaults.COMMAND_TIMEOUT_S
     output_limit_chars: int = defaults.OUTPUT_LIMIT  # per observation
     copy_limits: CopyLimits = field(default_factory=CopyLimits)  # what comes back from the output folder
@@ -228,11 +229,17 @@ class SandboxEnv:
         if ep.done:
             raise RuntimeError(f"the episode is over ({ep.exit_reason}); call reset() for a new one")
         observations, tool_time, submitted = [], 0.0, False
-        for call in tool_calls:
+        cap = self.config.max_tool_calls_per_reply
+        for i, call in enumerate(tool_calls):
             if submitted:
                 out, took = ToolOutput("Not run: submit was called earlier in this reply.", error=True), 0.0
+            elif i >= cap:  # every call still gets its answer (an OpenAI-compatible server wants one per id)
+                out, took = ToolOutput(f"Not run: this reply made {len(tool_calls)} tool calls and at most {cap} run "
+                                       f"per reply. Make this call again in a later reply if you still need it.",
+                                       error=True), 0.0
             else:
-                out, took = await self.toolbox.call(self.sandbox, call)
+                with ep.timing("tools"):  # the model's own commands: a time limit spent here is its doing
+                    out, took = await self.toolbox.call(self.sandbox, call)
             submitted = submitted or out.submitted
             tool_time += took
             observations.append(Observation(call, out, took))
@@ -297,7 +304,7 @@ class SandboxEnv:
             env.episode = copy.deepcopy(self.episode)
             if config is not None:
                 env.episode.limits = config.episode_limits()
-                env.episode.started = time.monotonic()
+                env.episode.restart_clock()
             env.sandbox, env._open, env._started, env._snapshot = sandbox, [sandbox], True, snap
             snap.acquire()
             branches.append(env)

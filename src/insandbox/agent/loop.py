@@ -108,7 +108,8 @@ async def _ask(model: ModelClient, messages: list[dict], tools: Optional[list[di
     as does a client's ContextFull (no request was made: nothing recorded)."""
     started = time.time()
     try:
-        reply = await bounded(model.complete(messages, tools), episode)
+        with episode.timing("model"):  # where a time limit's time went (core/episode.py)
+            reply = await bounded(model.complete(messages, tools), episode)
     except ContextFull as e:  # the client found the conversation full before asking: no request failed
         episode.end(ExitReason.CONTEXT_LENGTH, str(e))
         return None

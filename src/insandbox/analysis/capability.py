@@ -17,9 +17,10 @@ Usage rate = turns that used a capability / all turns.
 """
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter
+
+from ..core import model_json
 
 CAPABILITIES = ("external", "file", "computation")
 
@@ -53,8 +54,8 @@ def _shell_words(command: str) -> set[str]:
 
 def classify_call(name: str, arguments: str) -> set[str]:
     try:
-        args = json.loads(arguments or "{}")
-    except ValueError:
+        args = model_json.loads(arguments or "{}")
+    except ValueError:  # not JSON, or nested past reading (the model's text, whatever it is)
         return set()
     if not isinstance(args, dict):
         return set()

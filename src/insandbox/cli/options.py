@@ -142,6 +142,8 @@ _declare("token_budget", Optional[int], None, "Stop after this many prompt+compl
 _declare("time_limit", Optional[float], None, "Stop after this many seconds (sandbox start included).", T)
 _declare("stuck_after", int, defaults.STUCK_AFTER, "Stop as `stuck` after the same tool calls with the same results "
          "this many times in a row (0: never).", T, read=_zero_is_none)
+_declare("max_tool_calls_per_reply", int, defaults.MAX_TOOL_CALLS_PER_REPLY, "Tool calls of one reply that run, in "
+         "order; each one after them is answered 'not run' (the model reads it).", T)
 _declare("prompt_config", Optional[Path], None, "YAML with system_prompt and instance_prompt (bench: overrides the "
          "task's keys it sets).", T)
 _declare("backend", str, defaults.BACKEND, "Sandbox backend: docker (a Docker engine, or Podman's through "

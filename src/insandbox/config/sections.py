@@ -103,11 +103,12 @@ class TaskLimits(BaseModel):
     token_budget: Optional[int] = Field(default=None, ge=1)
     time_limit: Optional[float] = Field(default=None, gt=0)
     stuck_after: Optional[int] = Field(default=defaults.STUCK_AFTER, ge=2)  # identical steps -> `stuck`; None: off
+    max_tool_calls_per_reply: int = Field(default=defaults.MAX_TOOL_CALLS_PER_REPLY, ge=1)  # the rest: not run
 
     def episode_fields(self) -> dict:
         """These limits as EnvConfig fields."""
         return dict(max_steps=self.max_steps, token_budget=self.token_budget, time_limit=self.time_limit,
-                    stuck_after=self.stuck_after)
+                    stuck_after=self.stuck_after, max_tool_calls_per_reply=self.max_tool_calls_per_reply)
 
 
 class SandboxSettings(BaseModel):

@@ -15,6 +15,8 @@ COMMAND_TIMEOUT_S = 120.0  # a command running longer is killed with everything 
 OUTPUT_LIMIT = 16000  # characters of one tool output the model sees (head and tail)
 MAX_STEPS = 100
 STUCK_AFTER = 5  # identical steps in a row that end an episode as `stuck`
+# tool calls of one reply that run; the rest are answered "not run" (a reply of 50 calls is a loop, not a plan)
+MAX_TOOL_CALLS_PER_REPLY = 16
 # the model client
 MAX_RETRIES = 5  # of one failed model request
 REQUEST_TIMEOUT_S = 600.0  # one model request

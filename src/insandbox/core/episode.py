@@ -5,13 +5,21 @@ status and the benchmark runner all read them from here. The limits (steps, toke
 time, a stuck loop) are checked by `Episode.after_step`; failures map to reasons in
 `Episode.end_on_error`. Whoever ends an episode first wins: a later end is ignored, so
 an error while cleaning up cannot overwrite why the episode really stopped.
+
+A time limit says where the time went (`exit_cause`), from the host's own clock: the loop
+times each model request (`timing("model")`) and the env each tool call (`timing("tools")`),
+a phase still running when the limit fires included. The ending is the model's ("commands")
+when its tool calls took at least half of the episode's time so far; otherwise the time went
+to waiting on the model server, or on the sandbox's start, and it is "infrastructure". RL masks
+only the latter (rl/rollout/runner.py) and penalises the former like running out of steps.
 """
 from __future__ import annotations
 
 import asyncio
 import time
 import traceback
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -68,7 +76,10 @@ class Episode:
         self.tokens = 0
         self.exit_reason: Optional[ExitReason] = None
         self.exit_detail: Optional[str] = None
-        self.exit_cause: Optional[str] = None  # for a failure: "sandbox" (its own processes) or "infrastructure"
+        # a failure's: "sandbox" (its own processes) or "infrastructure"; a time limit's: "commands" or "infrastructure"
+        self.exit_cause: Optional[str] = None
+        self.spent = {"model": 0.0, "tools": 0.0}  # seconds waiting on the model server, in the model's tool calls
+        self._phase: Optional[tuple[str, float]] = None  # the one running now, and since when
         self._last_step: Optional[Hashable] = None
         self._repeats = 0
 
@@ -89,6 +100,27 @@ class Episode:
         if self.limits.time_limit is None:
             return None
         return max(self.limits.time_limit - (time.monotonic() - self.started), 0.0)
+
+    def restart_clock(self) -> None:
+        """The time limit counts from now, and so does where the time went (a fork's branch)."""
+        self.started = time.monotonic()
+        self.spent = dict.fromkeys(self.spent, 0.0)
+
+    @contextmanager
+    def timing(self, phase: str) -> Iterator[None]:
+        """Count the time inside the block as `phase`'s: "model" (a model request) or "tools" (a tool call)."""
+        start = time.monotonic()
+        self._phase = (phase, start)
+        try:
+            yield
+        finally:
+            self.spent[phase] += time.monotonic() - start
+            self._phase = None
+
+    def seconds_in(self, phase: str) -> float:
+        """`phase`'s time so far, a block still running included."""
+        running = time.monotonic() - self._phase[1] if self._phase and self._phase[0] == phase else 0.0
+        return self.spent[phase] + running
 
     def end(self, reason: ExitReason, detail: Optional[str] = None, cause: Optional[str] = None) -> None:
         if self.exit_reason is None:
@@ -117,8 +149,15 @@ class Episode:
         elif self.time_left() == 0.0:
             self.end_on_time()
 
-    def end_on_time(self) -> None:
-        self.end(ExitReason.TIME_LIMIT, f"time limit of {self.limits.time_limit:g}s reached")
+    def end_on_time(self, detail: Optional[str] = None) -> None:
+        """End on the time limit (`detail`: what the limit was, when not the episode's own), saying where the time
+        went: "commands" when the model's tool calls took at least half of it, else "infrastructure"."""
+        elapsed = time.monotonic() - self.started
+        tools, model = self.seconds_in("tools"), self.seconds_in("model")
+        cause = "commands" if tools * 2 >= elapsed else "infrastructure"
+        said = detail or f"time limit of {self.limits.time_limit:g}s reached"
+        self.end(ExitReason.TIME_LIMIT, f"{said}: {tools:.1f}s of {elapsed:.1f}s in the model's commands, "
+                                        f"{model:.1f}s waiting on the model server", cause)
 
     def end_on_error(self, error: BaseException) -> ExitReason:
         """Map a failure to its exit reason (and end the episode with it)."""

@@ -124,7 +124,9 @@ class Trajectory(BaseModel):
     failed_requests: list[FailedRequest] = Field(default_factory=list)
     exit_reason: Optional[ExitReason] = None
     exit_detail: Optional[str] = None
-    exit_cause: Optional[str] = None  # a failure's: "sandbox" (what ran in it broke it) or "infrastructure"
+    # a failure's: "sandbox" (what ran in it broke it) or "infrastructure"; a time limit's: "commands" (the model's
+    # tool calls took at least half the time) or "infrastructure" (the model server, the sandbox's start)
+    exit_cause: Optional[str] = None
     submitted: bool = False
     answer: Optional[str] = None
     output_files: list[str] = Field(default_factory=list)

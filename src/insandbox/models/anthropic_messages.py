@@ -31,7 +31,7 @@ import json
 import time
 from typing import Any, Optional
 
-from ..core import defaults
+from ..core import defaults, model_json
 from ..tools.base import ToolCall
 from .base import ContextLengthError, ModelError, ModelReply, Usage, refuse_cut_calls
 from .http_transport import sdk_http_client, sdk_post, sdk_stream_client
@@ -74,9 +74,9 @@ def api_root(base_url: Optional[str]) -> Optional[str]:
 
 def _arguments(text: str) -> dict:
     try:
-        value = json.loads(text or "{}")
-    except ValueError:
-        return {"_raw": text}  # never from this API (its inputs are objects), but a history may carry one
+        value = model_json.loads(text or "{}")
+    except ValueError:  # a stream's input that was not JSON, or one nested past reading: sent back as text
+        return {"_raw": text}
     return value if isinstance(value, dict) else {"value": value}
 
 
@@ -315,7 +315,11 @@ class AnthropicClient(SDKClient):
                 thinking.append(b)
                 reasoning.append(b.get("thinking") or "[redacted thinking]")
             elif kind == "tool_use":
-                calls.append(ToolCall(id=b["id"], name=b["name"], arguments=_input_text(b)))
+                try:
+                    calls.append(ToolCall(id=b["id"], name=b["name"], arguments=_input_text(b)))
+                except ValueError as e:  # an input nested past reading: the model hears why, nothing runs
+                    calls.append(ToolCall(id=b["id"], name=b["name"], arguments="",
+                                          refused=f"the arguments are not valid JSON ({e}); send one JSON object"))
         content = "".join(texts)
         from_text, errors = False, []
         if not calls:  # calls written as text (--tool-format text, or a model that does so unasked)
@@ -348,7 +352,7 @@ def message_json(content: bytes) -> dict:
         raise MalformedResponse("an empty body")
     try:
         data = json.loads(content)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested past reading
         raise MalformedResponse(f"a body that is not JSON ({len(content):,} bytes): {excerpt(content)}") from None
     if not isinstance(data, dict):
         raise MalformedResponse(f"JSON that is not an object: {excerpt(content)}")
@@ -372,7 +376,7 @@ def _input_text(block: dict) -> str:
     value = block.get("input")
     if isinstance(value, str):
         return value
-    return json.dumps(value if value is not None else {}, ensure_ascii=False)
+    return model_json.dumps(value if value is not None else {})  # ValueError: nested past reading
 
 
 def _usage(u: Any) -> Usage:
@@ -405,6 +409,8 @@ class StreamedMessage:
         self.stopped = False
 
     def add(self, event: dict) -> list[tuple[str, str]]:
+        """Take one event; returns the (kind, text) pieces of the answer it brought (a tool call's or a
+        signature's with empty text); none for events without any (ping, message_start, a block's end)."""
         self.events += 1
         kind = event.get("type")
         pieces: list[tuple[str, str]] = []
@@ -416,19 +422,25 @@ class StreamedMessage:
             self.blocks[event["index"]] = dict(event["content_block"])
             if event["content_block"].get("type") == "tool_use":
                 self.json_parts[event["index"]] = []
+                pieces.append(("tool_call", ""))  # its name and id: part of the answer
         elif kind == "content_block_delta":
             block, delta = self.blocks[event["index"]], event["delta"]
             if delta["type"] == "text_delta":
                 block["text"] = block.get("text", "") + delta["text"]
-                pieces.append(("content", delta["text"]))
+                if delta["text"]:
+                    pieces.append(("content", delta["text"]))
             elif delta["type"] == "thinking_delta":
                 block["thinking"] = block.get("thinking", "") + delta["thinking"]
-                pieces.append(("reasoning", delta["thinking"]))
+                if delta["thinking"]:
+                    pieces.append(("reasoning", delta["thinking"]))
             elif delta["type"] == "signature_delta":
                 block["signature"] = delta["signature"]
+                if delta["signature"]:
+                    pieces.append(("signature", ""))
             elif delta["type"] == "input_json_delta":
                 self.json_parts[event["index"]].append(delta["partial_json"])
-                pieces.append(("tool_call", ""))
+                if delta["partial_json"]:
+                    pieces.append(("tool_call", ""))
         elif kind == "content_block_stop":
             self.finish_input(event["index"])
         elif kind == "message_delta" and self.data is not None:
@@ -440,7 +452,7 @@ class StreamedMessage:
             self.stopped = True
         if pieces and self.first_token_at is None:
             self.first_token_at = time.perf_counter()
-        return [p for p in pieces if p[1]]
+        return pieces
 
     def finish_input(self, index: int) -> None:
         """Put a tool_use block's input together. Input that is not JSON (a model's mistake, or a cut
@@ -451,8 +463,8 @@ class StreamedMessage:
             return
         text = "".join(parts)
         try:
-            self.blocks[index]["input"] = json.loads(text or "{}")
-        except ValueError:
+            self.blocks[index]["input"] = model_json.loads(text or "{}")
+        except ValueError:  # not JSON, nested past reading, NaN, a key twice: the tool layer says which
             self.blocks[index].update(input={}, **{RAW_INPUT: text})
 
     def message(self) -> dict:

@@ -5,10 +5,10 @@ OpenAI-compatible server, or an RL trainer that generates tokens itself.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Optional, Protocol
 
+from ..core import model_json
 from ..core.episode import ExitReason
 from ..core.errors import ContextLengthError, ModelError  # noqa: F401 (the model's failures)
 from ..tools.base import ToolCall
@@ -93,7 +93,7 @@ def refuse_cut_calls(reply: ModelReply, max_tokens: Optional[int], last_cut: Opt
 
 def _complete_object(arguments: str) -> bool:
     try:
-        return isinstance(json.loads(arguments or "{}"), dict)
+        return isinstance(model_json.loads(arguments or "{}"), dict)
     except ValueError:
         return False
 

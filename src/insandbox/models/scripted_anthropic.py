@@ -165,7 +165,7 @@ def message(req: dict, turn: dict, calls: list[dict], model: str, usage: Optiona
     for c in calls:
         try:
             args = json.loads(c["function"]["arguments"])
-        except ValueError:  # the API always sends an object; a malformed script's text is kept under a key
+        except (ValueError, RecursionError):  # the API always sends an object; a malformed script's text: kept
             args = {"_raw": c["function"]["arguments"]}
         content.append({"type": "tool_use", "id": "toolu_" + c["id"].removeprefix("call_"),
                         "name": c["function"]["name"], "input": args})

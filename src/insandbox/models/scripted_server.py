@@ -50,6 +50,9 @@ received, counted from 1; a single number for one request). Either holds one of:
     {"cut": 40, "length": false}  # the same without Content-Length (the body ends at the close)
     {"trickle": 0.2}              # the real reply, one byte every 0.2 s
     {"stall": 3}                  # a streamed request: the first 3 events, then silence
+    {"stall": 3, "keepalive": 0.2}  # ...then, instead of silence, an event with no answer in it every 0.2 s
+                                  #   (an empty {"role": "assistant"} delta; Messages API: an empty
+                                  #   message_delta, as its SDK drops pings itself)
 
 A request asking for `logprobs` gets one entry per 8-character piece of the text.
 
@@ -268,14 +271,22 @@ class _Handler(JSONHandler):
         record.update(status=200, reply=reply if state.keep_requests else None)
         if req.get("stream"):
             events = scripted_anthropic.stream_events(body) if anthropic else self.chunks(req, body)
+            idle = None
+            if fault and fault[0].get("keepalive"):
+                idle = ("message_delta", {"type": "message_delta", "delta": {}, "usage": {}}) if anthropic else (None, {
+                    **{k: body[k] for k in ("id", "created", "model")}, "object": "chat.completion.chunk",
+                    "choices": [{"index": 0, "delta": {"role": "assistant"}, "finish_reason": None}]})
             self.send_stream(events, float(turn.get("token_latency", script.get("token_latency", 0))),
-                             fault[0].get("stall") if fault else None)
+                             fault[0].get("stall") if fault else None,
+                             (float(fault[0]["keepalive"]), idle) if idle else None)
         else:
             self.send_raw(200, json.dumps(body, ensure_ascii=False).encode(*_JSON_BYTES), "application/json")
         record["t_sent"] = time.time()
 
-    def send_stream(self, events: Iterator[tuple[Optional[str], Any]], gap: float, stall: Optional[int]) -> None:
-        """Server-sent events, `gap` seconds apart; with `stall`, silence after that many events."""
+    def send_stream(self, events: Iterator[tuple[Optional[str], Any]], gap: float, stall: Optional[int],
+                    keepalive: Optional[tuple[float, tuple[Optional[str], Any]]] = None) -> None:
+        """Server-sent events, `gap` seconds apart; with `stall`, silence after that many events, or with
+        `keepalive` (seconds, event), that event again and again until the server stops."""
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
@@ -285,15 +296,20 @@ class _Handler(JSONHandler):
         try:
             for i, (name, data) in enumerate(events):
                 if stall is not None and i >= int(stall):
+                    while keepalive and not self.server.state.stopping.wait(keepalive[0]):
+                        self.send_event(*keepalive[1])
                     self.server.state.stopping.wait()
                     return
-                text = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
-                self.wfile.write(((f"event: {name}\n" if name else "") + f"data: {text}\n\n").encode(*_JSON_BYTES))
-                self.wfile.flush()
+                self.send_event(name, data)
                 if gap:
                     time.sleep(gap)
         except (BrokenPipeError, ConnectionResetError):  # the client gave up
             pass
+
+    def send_event(self, name: Optional[str], data: Any) -> None:
+        text = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
+        self.wfile.write(((f"event: {name}\n" if name else "") + f"data: {text}\n\n").encode(*_JSON_BYTES))
+        self.wfile.flush()
 
     def chunks(self, req: dict, body: dict) -> Iterator[tuple[Optional[str], Any]]:
         """A chat completion as the chunks of its stream (text in pieces of 8 characters)."""

@@ -20,12 +20,15 @@ import re
 import uuid
 from typing import Optional
 
+from ..core import model_json
 from ..tools.base import ToolCall
 
-BLOCK = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
+# no `\s*` beside a lazy `(.*?)`: on a reply of many spaces that would try every split (quadratic); blocks
+# are stripped where they are read
+BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
 FUNCTION = re.compile(r"<function=([^>\s]+)>(.*?)(?:</function>|$)", re.DOTALL)
 PARAMETER = re.compile(r"<parameter=([^>\s]+)>\n?(.*?)\n?(?:</parameter>|(?=<parameter=)|$)", re.DOTALL)
-FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
+FENCE = re.compile(r"^```(?:json)?(.*?)```$", re.DOTALL)
 
 
 def new_call_id() -> str:
@@ -68,9 +71,9 @@ def _read_block(block: str) -> tuple[Optional[ToolCall], str]:
     if block.startswith("<function="):
         return _read_xml_call(block)
     fenced = FENCE.match(block)
-    block = fenced.group(1) if fenced else block
+    block = fenced.group(1).strip() if fenced else block
     try:
-        obj = json.loads(block)
+        obj = model_json.loads(block)
     except ValueError as e:
         return None, f"a <tool_call> block is not valid JSON ({e}): {block[:200]}"
     return _call_of(obj, block)
@@ -80,7 +83,7 @@ def _call_of(obj: object, text: str) -> tuple[Optional[ToolCall], str]:
     if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
         return None, f'a tool call needs {{"name": ..., "arguments": {{...}}}}: {text[:200]}'
     args = obj.get("arguments", obj.get("parameters", {}))
-    arguments = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+    arguments = args if isinstance(args, str) else model_json.dumps(args)  # read by model_json: it can be written
     return ToolCall(id=new_call_id(), name=obj["name"], arguments=arguments), ""
 
 
@@ -89,16 +92,20 @@ def _read_xml_call(block: str) -> tuple[Optional[ToolCall], str]:
     if m is None:
         return None, f"a <tool_call> block with <function=...> could not be read: {block[:200]}"
     args = {name: _xml_value(value) for name, value in PARAMETER.findall(m.group(2))}
-    return ToolCall(id=new_call_id(), name=m.group(1), arguments=json.dumps(args, ensure_ascii=False)), ""
+    try:
+        arguments = model_json.dumps(args)
+    except ValueError as e:  # a parameter nested as deep as may be read, one level more here
+        return None, f"a <tool_call> block with <function=...> could not be read ({e}): {block[:200]}"
+    return ToolCall(id=new_call_id(), name=m.group(1), arguments=arguments), ""
 
 
 def _xml_value(text: str) -> object:
     """Parameters are text; a JSON number, list or object in one stays what it is (view_range=[1, 20])."""
     stripped = text.strip()
-    if stripped[:1] in "[{" or re.fullmatch(r"-?\d+", stripped):
+    if stripped[:1] in ("[", "{") or re.fullmatch(r"-?\d+", stripped):
         try:
-            return json.loads(stripped)
-        except ValueError:
+            return model_json.loads(stripped)
+        except ValueError:  # a nest too deep or a key twice included: the text as it is, a string
             pass
     return text
 
@@ -107,11 +114,11 @@ def _read_bare_json(content: str) -> tuple[list[ToolCall], str, list[str]]:
     """A reply that is only a call (or a list of calls) as JSON; anything else is no call."""
     text = content.strip()
     fenced = FENCE.match(text)
-    text = fenced.group(1) if fenced else text
+    text = fenced.group(1).strip() if fenced else text
     if not text.startswith(("{", "[")):
         return [], content, []
     try:
-        obj = json.loads(text)
+        obj = model_json.loads(text)
     except ValueError as e:
         if '"name"' in text:  # meant as a call
             return [], content, [f"the reply looks like a tool call but is not valid JSON ({e}): {text[:200]}"]
@@ -121,7 +128,7 @@ def _read_bare_json(content: str) -> tuple[list[ToolCall], str, list[str]]:
         return [], content, []
     calls, errors = [], []
     for item in items:
-        call, error = _call_of(item, json.dumps(item)[:200])
+        call, error = _call_of(item, model_json.dumps(item)[:200])
         if call is not None:
             calls.append(call)
         else:

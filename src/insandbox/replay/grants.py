@@ -59,9 +59,9 @@ CHECKED: dict[str, tuple[Callable[[Any], bool], Callable[[Any], str]]] = {
 }
 # recorded settings taken over as they are: they act inside the sandbox or on the model's replies only
 AS_RECORDED = ("timeout_per_command", "output_limit", "env", "max_steps", "token_budget", "time_limit",
-               "stuck_after", "provider", "model", "base_url", "temperature", "max_tokens", "extra_body",
-               "max_retries", "request_timeout", "send_reasoning", "tool_choice", "tool_format", "stream",
-               "stall_timeout", "logprobs", "top_logprobs", "thinking_budget", "prompt_caching")
+               "stuck_after", "max_tool_calls_per_reply", "provider", "model", "base_url", "temperature", "max_tokens",
+               "extra_body", "max_retries", "request_timeout", "send_reasoning", "tool_choice", "tool_format",
+               "stream", "stall_timeout", "logprobs", "top_logprobs", "thinking_budget", "prompt_caching")
 
 
 def sandbox_settings(config: dict, given: Optional[dict] = None) -> tuple[dict, list[str]]:

@@ -227,6 +227,7 @@ class Replayer:
         # no limits: the replay runs what was recorded, however the run ended
         cfg = recorded.settings.env_config(recorded.prompts, new_run_id())
         cfg.max_steps, cfg.token_budget, cfg.time_limit, cfg.stuck_after = 1 << 30, None, None, None
+        cfg.max_tool_calls_per_reply = 1 << 30  # every recorded call runs again, however many a reply made
         cfg.admission = admission
         self.env = SandboxEnv(cfg)
 

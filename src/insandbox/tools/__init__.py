@@ -2,8 +2,9 @@
 whatever the model sent.
 
 `ToolBox.call` is the one place where errors the model caused become tool errors: bad
-JSON, a call the model client refused (cut at max_tokens before its arguments were
-complete), an unknown tool, wrong arguments, text that is not valid Unicode, and any
+JSON (nested too deep, NaN, a key twice included: core/model_json.py), a call the model
+client refused (cut at max_tokens before its arguments were complete, or arguments it could
+not read), an unknown tool, wrong arguments, text that is not valid Unicode, and any
 `OperationError` from the sandbox (a missing file, a FIFO or device where a file was
 expected, a path the server cannot open) become an error message the model reads, and
 the episode goes on. A `SandboxError` (the sandbox itself is broken) passes through and
@@ -11,12 +12,11 @@ ends the episode. It is also where every observation is made fit to send to a mo
 (observation.py: no NUL or other control bytes, saying what was replaced)."""
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterable
 from typing import Optional
 
-from ..core import defaults
+from ..core import defaults, model_json
 from ..sandbox.base import OperationError, Sandbox
 from .base import Tool, ToolArgumentError, ToolCall, ToolOutput
 from .bash import ExecuteBash
@@ -37,13 +37,15 @@ def parse_arguments(raw: object) -> dict:
         return raw
     if raw is None or (isinstance(raw, str) and not raw.strip()):
         return {}
-    try:
-        value = json.loads(raw)
-    except (TypeError, ValueError) as e:
+    if not isinstance(raw, str):
+        raise ToolArgumentError(f"the arguments must be a JSON object, got {type(raw).__name__}")
+    try:  # whatever the text: nesting, NaN, a key twice (core/model_json.py)
+        value = model_json.loads(raw)
+    except ValueError as e:
         raise ToolArgumentError(f"the arguments are not valid JSON ({e}); send one JSON object") from None
     if isinstance(value, str):  # double-encoded JSON, seen from some servers
         try:
-            value = json.loads(value)
+            value = model_json.loads(value)
         except ValueError:
             pass
     if not isinstance(value, dict):

@@ -41,6 +41,8 @@ class RewardConfig(BaseModel):
     no_answer_penalty: float = 0.0  # added when the sandbox holds no answer file (or an empty one)
     max_steps_penalty: float = 0.0  # added when the episode ran out of steps (or was stuck)
     truncation_penalty: float = 0.0  # added when the response ran out of tokens
+    # added when the time limit passed in the model's own commands (exit_cause "commands"); None: max_steps_penalty
+    time_limit_penalty: Optional[float] = None
     # the reward of a sandbox broken by its own processes; None: the sum of the negative penalties above
     # (a value above that sum is lowered to it: breaking the sandbox never beats any other ending)
     broken_sandbox_penalty: Optional[float] = Field(default=None, le=0)
@@ -68,7 +70,9 @@ class Outcome:
     answer: Optional[str]  # the answer file's text; None when there was none
     exit_reason: str  # an insandbox.ExitReason value
     truncated: bool = False  # the response hit its token budget
-    exit_cause: Optional[str] = None  # a failure's: "sandbox" (its own processes broke it) or "infrastructure"
+    # a failure's: "sandbox" (its own processes broke it) or "infrastructure"; a time limit's: "commands" (the
+    # model's tool calls took at least half the time) or "infrastructure"
+    exit_cause: Optional[str] = None
 
 
 @dataclass

@@ -16,13 +16,22 @@ the ids decode to the template's own rendering of the conversation (see check.py
 
 Templates that know tools (Qwen's) get the schemas through `tools=`; for one that ignores them
 (SmolLM2's), the schemas and the call format go into the system message.
+
+What the environment says is escaped before it is tokenized: a tool output that prints
+`<|im_end|>\n<|im_start|>assistant` would otherwise become the template's own special-token ids
+(tokenizers find special tokens in any text they are given) and forge a turn boundary inside the
+policy's context. Each special token's text in it gets a WORD JOINER (U+2060, invisible) after its
+first character, so it is read as plain text; the conversation holds the escaped text, so the ids
+still decode to it.
 """
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Optional
 
 MARKER = "\u2063insandbox-turn\u2063"  # invisible separator: text no model or template writes
+JOINER = "\u2060"  # WORD JOINER: breaks a special token's text without changing how it reads
 
 TOOLS_SECTION = """
 
@@ -50,6 +59,8 @@ class ChatFormat:
         self.native_tools = self._renders_tools()
         self.turn_end = self._turn_end()  # the text after an assistant turn's content, e.g. "<|im_end|>\n"
         self.stop_token_ids, self.glue = self._stop_tokens()
+        texts = sorted(self._special_texts(), key=len, reverse=True)  # the longest first where one holds another
+        self._special = re.compile("|".join(map(re.escape, texts))) if texts else None
 
     # ------------------------------------------------------------------ rendering
     def render(self, messages: list[dict], add_generation_prompt: bool = False) -> str:
@@ -67,6 +78,28 @@ class ChatFormat:
         schemas = "\n".join(json.dumps(t, ensure_ascii=False) for t in self.tools)
         first = {**messages[0], "content": messages[0]["content"] + TOOLS_SECTION.format(tools=schemas)}
         return [first, *messages[1:]]
+
+    def escape(self, text: str) -> str:
+        """`text` with no special token's text left in it (each broken by a word joiner after its first
+        character): text from the sandbox, which must never tokenize as the template's own tokens."""
+        if self._special is None:
+            return text
+        for _ in range(8):  # one pass does it; more only if a break made another token's text (none known)
+            if not self._special.search(text):
+                break
+            text = self._special.sub(lambda m: m.group(0)[0] + JOINER + m.group(0)[1:], text)
+        return text
+
+    def escape_messages(self, messages: list[dict]) -> None:
+        """Escape the text of environment messages in place (see `escape`), so the conversation holds what
+        their ids say."""
+        for m in messages:
+            if isinstance(m.get("content"), str):
+                m["content"] = self.escape(m["content"])
+            elif isinstance(m.get("content"), list):
+                for part in m["content"]:
+                    if isinstance(part, dict) and isinstance(part.get("text"), str):
+                        part["text"] = self.escape(part["text"])
 
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False))
@@ -87,7 +120,8 @@ class ChatFormat:
     def observation_ids(self, messages: list[dict], stopped: bool) -> list[int]:
         """The ids that follow a model turn: the rest of its turn end (all of it when the turn was cut
         off without its end-of-turn token), `messages` as the template renders them, and the next
-        assistant header."""
+        assistant header. `messages` are the environment's: escaped in place first (`escape`)."""
+        self.escape_messages(messages)
         before = self._probe_context() + [{"role": "assistant", "content": MARKER}]
         closed = self.render(before)
         full = self.render(before + list(messages), add_generation_prompt=True)
@@ -118,6 +152,15 @@ class ChatFormat:
         if at < 0:
             raise ChatTemplateError("the chat template drops the assistant's text")
         return text[at + len(MARKER):]
+
+    def _special_texts(self) -> set[str]:
+        """The text of every special token: all_special_tokens, and the added tokens marked special (some
+        tokenizers list only a few in the former; <|im_end|> may be in the latter only)."""
+        texts = {t for t in getattr(self.tokenizer, "all_special_tokens", None) or [] if isinstance(t, str)}
+        for entry in (getattr(self.tokenizer, "added_tokens_decoder", None) or {}).values():
+            if getattr(entry, "special", False) and isinstance(getattr(entry, "content", None), str):
+                texts.add(entry.content)
+        return {t for t in texts if len(t) > 1}  # a one-character token cannot be broken, and none is a marker
 
     def _is_special(self, token_id: int) -> bool:
         """A special or added token (<|im_end|>, <|eot_id|>): some tokenizers list only a few of theirs

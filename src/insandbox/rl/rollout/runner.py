@@ -15,9 +15,11 @@ policy as its model: a TokenClient (token_client.py) that keeps the token record
 
 Many rollouts run at once, each in its own sandbox; `run_groups` makes GRPO groups of n samples
 per task. A rollout never raises: a failing sampler, an engine fault or a rollout past its timeout
-gives a record with the exit reason, the error, the reward config's error value and `masked` set
-(trainers leave it out of the loss: it says nothing about the model). A sandbox its own processes
-broke (exit_cause "sandbox") is the model's doing: it is trained on, with the broken-sandbox
+spent waiting on the sampler gives a record with the exit reason, the error, the reward config's
+error value and `masked` set (trainers leave it out of the loss: it says nothing about the model).
+A sandbox its own processes broke (exit_cause "sandbox") is the model's doing: it is trained on,
+with the broken-sandbox penalty. So is a timeout spent mostly in the model's own commands
+(exit_cause "commands", core/episode.py: `sleep 100000` every turn): scored, with the time-limit
 penalty. A turn cut by the response budget ends the rollout as context_length, truncated, its
 tool calls not run.
 """
@@ -35,6 +37,7 @@ from pydantic import ConfigDict, Field
 from ...agent.env import EnvConfig, SandboxEnv, Task
 from ...agent.loop import run_episode
 from ...config import SandboxSettings
+from ...core import defaults
 from ...core.episode import Episode, ExitReason
 from ...core.trajectory import SkippedOutput, Trajectory
 from ...prompts import PromptConfig, load_prompt_config
@@ -49,7 +52,8 @@ log = logging.getLogger(__name__)
 
 PROMPTS = Path(__file__).resolve().parents[1] / "prompts.yaml"
 # besides the failures (model_error, internal_error, an engine's sandbox_error): endings that say
-# nothing about the model, so trainers leave the rollout out of the loss
+# nothing about the model, so trainers leave the rollout out of the loss; a time limit only when the
+# time went to the sampler or the sandbox's start, not to the model's own commands (see `masked_ending`)
 MASKED_EXITS = frozenset({ExitReason.TIME_LIMIT, ExitReason.INTERRUPTED})
 RewardFn = Callable[[dict, Outcome, RewardConfig], Awaitable[RewardResult]]
 
@@ -66,8 +70,11 @@ class RolloutConfig(SandboxSettings):
     max_tokens_per_turn: int = Field(default=2048, ge=1)
     temperature: float = Field(default=1.0, ge=0)
     top_p: float = Field(default=1.0, gt=0, le=1)
-    timeout_s: float = Field(default=900.0, gt=0)  # a whole rollout; past it the rollout is masked
+    # a whole rollout; past it the rollout is masked, unless the model's own commands took at least half of it
+    timeout_s: float = Field(default=900.0, gt=0)
     stuck_after: Optional[int] = Field(default=None, ge=2)  # end early after identical steps (off, as in the paper)
+    # tool calls of one turn that run; the rest are answered "not run"
+    max_tool_calls_per_reply: int = Field(default=defaults.MAX_TOOL_CALLS_PER_REPLY, ge=1)
     prompt_config: Optional[Path] = None  # default: rl/prompts.yaml (material in /testbed/documents)
     template_kwargs: dict[str, Any] = Field(default_factory=dict)  # e.g. {"enable_thinking": false}
     pool: bool = True  # rollouts of a run_groups() call share a pool of started sandboxes (sandbox/pool.py)
@@ -78,7 +85,8 @@ class RolloutConfig(SandboxSettings):
 
     def env_config(self, run_id: str = "") -> EnvConfig:
         return EnvConfig(prompts=self.prompts(), run_id=run_id, max_steps=self.max_turns,
-                         stuck_after=self.stuck_after, **self.env_fields())
+                         stuck_after=self.stuck_after, max_tool_calls_per_reply=self.max_tool_calls_per_reply,
+                         **self.env_fields())
 
 
 class Rollouts:
@@ -130,8 +138,7 @@ class Rollouts:
         t0 = time.perf_counter()
         try:
             await _within(self._episode(row, generate, state), self.config.timeout_s,
-                          lambda: state.episode.end(ExitReason.TIME_LIMIT,
-                                                    f"the rollout took longer than {self.config.timeout_s:g}s"))
+                          lambda: state.episode.end_on_time(f"the rollout took longer than {self.config.timeout_s:g}s"))
         except Exception as e:  # the sampler or the sandbox failed: a record with the reason, never a crash
             state.episode.end_on_error(e)
             log.warning("rollout %s failed: %s", state.record.id, e)
@@ -146,7 +153,7 @@ class Rollouts:
         if episode.exit_reason is ExitReason.SANDBOX_ERROR and episode.exit_cause == "sandbox":
             # the model broke its own sandbox: trained on, at the worst penalty (whatever reward_fn would say)
             reward = broken_sandbox_reward(row, self.reward_config)
-        elif episode.exit_reason in MASKED_EXITS or episode.exit_reason is None or episode.exit_reason.is_failure:
+        elif masked_ending(episode):
             rec.masked = True  # nothing the model did: no reward to learn from
             reward = RewardResult(value=self.reward_config.error_value, error=rec.exit_detail,
                                   detail={"why": f"no reward, left out of the loss: {rec.exit_reason}: "
@@ -208,6 +215,15 @@ class Rollouts:
                 await env.close()
             except Exception as e:
                 log.warning("rollout %s: sandbox not removed: %s", rec.id, e)
+
+
+def masked_ending(episode: Episode) -> bool:
+    """The episode ended on nothing the model did: a failure of the sampler, the engine or insandbox, an
+    interruption, or a time limit spent waiting on the sampler or the sandbox (not in its own commands)."""
+    reason = episode.exit_reason
+    if reason is ExitReason.TIME_LIMIT and episode.exit_cause == "commands":
+        return False
+    return reason is None or reason in MASKED_EXITS or reason.is_failure
 
 
 async def _within(aw: Awaitable[None], timeout: float, on_timeout: Callable[[], None]) -> None:

@@ -6,6 +6,7 @@ token record, built turn by turn and never re-rendered (chat.py):
     first request:   prompt_ids = template(system, task) + assistant header
     every request:   the messages added since the last one (the loop appended this client's own
                      assistant message, then the environment's answer) -> observation ids, mask 0
+                     (the answer's special-token text escaped in the conversation first: chat.py)
                      sampled = generate(prompt_ids + response_ids)   -> response ids, mask 1, logprobs
                      the reply: the sampled text, its tool calls parsed from it
 

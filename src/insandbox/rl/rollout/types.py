@@ -59,9 +59,11 @@ class RolloutRecord(BaseModel):
     reward_detail: dict[str, Any] = Field(default_factory=dict)
     exit_reason: Optional[str] = None
     exit_detail: Optional[str] = None
-    exit_cause: Optional[str] = None  # a failure's: "sandbox" (its own processes broke it) or "infrastructure"
-    # left out of the loss: the rollout says nothing about the model (an infrastructure failure, the
-    # rollout's time limit, an interruption); its reward is the error value and trainers ignore it
+    # a failure's: "sandbox" (its own processes broke it) or "infrastructure"; a time limit's: "commands" (spent
+    # in the model's tool calls: scored, penalised) or "infrastructure" (waiting on the sampler: masked)
+    exit_cause: Optional[str] = None
+    # left out of the loss: the rollout says nothing about the model (an infrastructure failure, a time
+    # limit spent waiting on the sampler, an interruption); its reward is the error value and trainers ignore it
     masked: bool = False
     truncated: bool = False  # the response ran out of tokens
     num_turns: int = 0  # model turns

@@ -15,6 +15,7 @@
     command.py           the `rl train` and `rl export` commands
     verl_agent_loop.py   verl's AgentLoopBase, registered as "insandbox"
     verl_advantage.py    RLOO without masked rollouts, registered with verl as "insandbox_rloo"
+    verl_metrics.py      verl's logged critic/score and critic/rewards without the masked rollouts
     verl_sampler.py      verl's server manager as a rollout sampler
     verl_data.py         task rows as verl's parquet (`insandbox rl verl-data`)
     verl_cpu_server.py   a CPU generation server speaking verl's interface (tests, no GPU)

@@ -11,7 +11,9 @@ masked rollout's advantage is 0. A group left with one kept rollout has no basel
 verl looks estimators up by name in the process that computes advantages (its trainer, on the head
 node), so this module must be imported there: recipes/verl/run.sh exports
 VERL_USE_EXTERNAL_MODULES=insandbox.rl.trainers.verl_advantage, which `import verl` honours in every
-process. Without it verl stops at the first step with "Unknown advantage estimator".
+process. Without it verl stops at the first step with "Unknown advantage estimator". Importing this
+module also puts verl_metrics.py in place: verl's logged critic/score and critic/rewards leave the
+masked rollouts out, as the advantages do.
 """
 from __future__ import annotations
 
@@ -20,6 +22,8 @@ from typing import Any
 
 import torch
 from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY, register_adv_est
+
+from . import verl_metrics  # noqa: F401  (verl's logged score without the masked rollouts, in the same processes)
 
 NAME = "insandbox_rloo"
 

@@ -144,7 +144,7 @@ class InSandboxAgentLoop(AgentLoopBase):
         exit_reason = record.exit_reason or ""
         info = {"correct": float(record.reward_detail.get("correct", 0.0)),
                 "answered": float(record.trajectory.get("answer") is not None),
-                "truncated": float(record.truncated), "failed": float(_failed(exit_reason)),
+                "truncated": float(record.truncated), "failed": float(_failed(exit_reason, record.exit_cause)),
                 "masked": float(record.masked), "broken_sandbox": float(record.exit_cause == "sandbox"),
                 "model_turns": float(record.num_turns), "tool_calls": float(record.tool_calls)}
         extra = {
@@ -167,13 +167,14 @@ class InSandboxAgentLoop(AgentLoopBase):
             extra_fields=extra)
 
 
-def _failed(exit_reason: str) -> bool:
-    """The rollout ended on a failure of the sampler, the sandbox or its clock, not on the model's terms."""
+def _failed(exit_reason: str, exit_cause: Optional[str] = None) -> bool:
+    """The rollout ended on a failure of the sampler, the sandbox or its clock, not on the model's terms (a
+    time limit spent in the model's own commands is its own)."""
     try:
         reason = ExitReason(exit_reason)
     except ValueError:
         return True
-    return reason.is_failure or reason is ExitReason.TIME_LIMIT
+    return reason.is_failure or (reason is ExitReason.TIME_LIMIT and exit_cause != "commands")
 
 
 def task_row(row: dict[str, Any]) -> dict[str, Any]:
