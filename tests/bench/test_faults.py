@@ -468,7 +468,9 @@ def test_resume_keeps_the_runs_own_concurrency(scripted, tmp_path):
     run_dir = tmp_path / "run"
     r = cli("bench", "chem", "--data", str(data), "--mode", "llm", "--model", "m", "--base-url", srv.url,
             "--concurrency", "2", "--retries", "0", "--max-retries", "0", "--output-dir", str(run_dir), "-q")
-    assert r.returncode == 0 and all(x["error"] for x in _results(run_dir)), r.stderr  # every sample failed once
+    # every sample failed once: the command says so and exits 1, naming the way to run them again
+    assert r.returncode == 1 and all(x["error"] for x in _results(run_dir)), r.stderr
+    assert f"insandbox bench --resume {run_dir}" in " ".join(r.stdout.split()), r.stdout
     t_resume = time.time()
     r = cli("bench", "--resume", str(run_dir), "-q")
     assert r.returncode == 0, r.stderr

@@ -17,16 +17,22 @@ REPORT_RUN = Path(__file__).parents[1] / "data" / "report_run"
 
 
 def test_report_numbers_on_a_fixed_results_file(tmp_path):
-    """tests/data/report_run: chem, 4 items in both modes and one sandbox infrastructure error.
-    sandbox right on q1 q2 q4, plain right on q1 only."""
+    """tests/data/report_run: chem, 4 items in both modes and one sandbox infrastructure error (a fifth
+    item). sandbox right on q1 q2 q4, plain right on q1 only. The error counts as wrong in the accuracy
+    (every sample counts), beside the accuracy over the scored samples."""
     out, data = write_report([REPORT_RUN], tmp_path / "report")
     acc = {a["mode"]: a for a in data["accuracy"]}
     sb, llm = acc["sandbox"], acc["llm"]
-    assert (sb["n"], sb["items"], sb["errors"], sb["accuracy"]) == (4, 4, 1, 0.75)
-    assert (llm["n"], llm["accuracy"]) == (4, 0.25)
-    # Wilson, z = 1.96: 3/4 -> [0.3006, 0.9544]; 1/4 -> [0.0456, 0.6994]
-    assert [round(x, 4) for x in sb["ci95"]] == [0.3006, 0.9544] and sb["ci_method"] == "wilson"
+    assert (sb["n"], sb["items"], sb["scored"], sb["errors"], sb["accuracy"], sb["accuracy_scored"]) == \
+        (5, 5, 4, 1, 0.6, 0.75)
+    assert (llm["n"], llm["accuracy"], llm["accuracy_scored"]) == (4, 0.25, 0.25)
+    # Wilson, z = 1.96: 3/5 -> [0.2307, 0.8824]; 3/4 -> [0.3006, 0.9544]; 1/4 -> [0.0456, 0.6994]
+    assert [round(x, 4) for x in sb["ci95"]] == [0.2307, 0.8824] and sb["ci_method"] == "wilson"
+    assert [round(x, 4) for x in sb["ci95_scored"]] == [0.3006, 0.9544]
     assert [round(x, 4) for x in llm["ci95"]] == [0.0456, 0.6994]
+    assert data["warnings"] == ["chem sandbox: 1 of 5 samples ended in an error (20%, the infrastructure failed "
+                                "them after their retries): the accuracy counts them as wrong; over the scored "
+                                "samples only it is 75.0%"]
     pair = data["paired"][0]
     # discordant pairs: sandbox only right on q2 and q4 (2), plain only right on none (0); exact p = 2 * 0.5^2
     assert (pair["pairs"], pair["sandbox_only"], pair["plain_only"]) == (4, 2, 0)
@@ -46,11 +52,12 @@ def test_report_numbers_on_a_fixed_results_file(tmp_path):
     assert tm["sandbox"]["model_share"] == 0.75 and tm["sandbox"]["tool_share"] == 0.075
     assert tm["sandbox"]["samples_per_min"] == 2.5  # 5 samples between t=1000 and t=1120
     md = (out / "report.md").read_text()
-    assert "| fixture-model | chem | sandbox | 4 | 4 | 75.0% | 30.1% - 95.4% | 1 | 0 |" in md
+    assert "| fixture-model | chem | sandbox | 5 | 5 | 60.0% | 23.1% - 88.2% | 1 | 75.0% | 0 |" in md
     for png in ("accuracy.png", "capabilities.png", "tokens.png", "time.png"):
         assert (out / png).stat().st_size > 5000
     r = cli("report", str(REPORT_RUN), "--out", str(tmp_path / "cli"), "--no-plots")
-    assert r.returncode == 0 and "75.0%" in r.stdout and (tmp_path / "cli" / "report.md").is_file()
+    assert r.returncode == 0 and "60.0%" in r.stdout and "75.0%" in r.stdout
+    assert (tmp_path / "cli" / "report.md").is_file()
 
 
 

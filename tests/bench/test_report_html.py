@@ -86,7 +86,7 @@ def test_report_html_holds_the_tables_and_embeds_every_figure(tmp_path):
         row = by_mode[a["mode"]]
         assert row[3:7] == [str(a["items"]), str(a["n"]), _pct(a["accuracy"]),
                             f"{_pct(a['ci95'][0])} - {_pct(a['ci95'][1])}"]
-    assert by_mode["sandbox"][3:8] == ["4", "4", "75.0%", "30.1% - 95.4%", "1"]
+    assert by_mode["sandbox"][3:9] == ["5", "5", "60.0%", "23.1% - 88.2%", "1", "75.0%"]
     paired = page.table(["run", "task", "pairs"])[1]
     assert paired[2:7] == ["4", "75.0%", "25.0%", "+50.0 pt", "-41.9 .. +100.0"] and paired[-1] == "0.5"
     cap = page.table(["run", "task", "runs", "turns"])[1]

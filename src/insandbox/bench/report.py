@@ -172,6 +172,9 @@ def analyse(groups: dict[Key, Group], units: Optional[list[Unit]] = None) -> dic
             {"no_tool_call": None, "no_tool_call_of": None, "no_tool_call_share": None}
         out["accuracy"].append({**who, "mode": mode, **acc, "score_method": "; ".join(methods),
                                 "approximate": any(r.get("approximate") for r in g.records), **tools})
+        failed = stats.failed_warning(f"{task} {mode}" if len(order) < 2 else f"{task} {mode} ({run})", acc)
+        if failed:
+            out["warnings"].append(failed)
         if mode == "sandbox" and degraded.is_most(tools["no_tool_call"], tools["no_tool_call_of"]):
             label = task if len(order) < 2 else f"{task} ({run})"
             out["warnings"].append(degraded.warning(label, tools["no_tool_call"], tools["no_tool_call_of"],
@@ -233,11 +236,13 @@ def accuracy_rows(data: dict) -> list[list[str]]:
     return [[a["run"], a["task"], a["mode"], str(a["items"]), str(a["n"]),
              _pct(a["accuracy"]) + (" (approx.)" if a["approximate"] else ""),
              f"{_pct(a['ci95'][0])} - {_pct(a['ci95'][1])}" if a["ci95"] else "-",
-             str(a["errors"]), str(a["unscored"]), _no_tool_call(a), a["score_method"]] for a in data["accuracy"]]
+             str(a["errors"]), _pct(a.get("accuracy_scored", a["accuracy"])), str(a["unscored"]), _no_tool_call(a),
+             a["score_method"]] for a in data["accuracy"]]
 
 
-ACC_HEADER = ["run", "task", "mode", "items", "samples", "accuracy", "95% CI", "errors", "unscored", "no tool call",
-              "scoring"]
+# accuracy counts every sample (an error as wrong); "scored accuracy" is over the scored ones only
+ACC_HEADER = ["run", "task", "mode", "items", "samples", "accuracy", "95% CI", "errors", "scored accuracy", "unscored",
+              "no tool call", "scoring"]
 CHOICE_HEADER = ["run", "task", "mode", "samples", "judged differently", "strict", "reference", "strict only right",
                  "reference only right"]
 
@@ -410,8 +415,8 @@ def rich_tables(data: dict):
 
     acc = Table(title="accuracy")
     for h in ACC_HEADER[:-1]:
-        acc.add_column(h, justify="right" if h in ("items", "samples", "errors", "unscored", "no tool call")
-                       else "left")
+        acc.add_column(h, justify="right" if h in ("items", "samples", "errors", "unscored", "no tool call",
+                                                   "scored accuracy") else "left")
     for row in accuracy_rows(data):
         acc.add_row(*map(shown, row[:-1]))
     tables = [acc]

@@ -2,9 +2,12 @@
 
 A sample is one (row, repeat, mode). It runs as an ordinary run of a Session (runs/session.py) in
 its own run folder, samples/<mode>/<id>/r<k> (runs/layout.py). Failures of the infrastructure (the
-model server or the sandbox) are tried again, backing off, up to `retries` times; if they persist
-the sample is recorded as an error, apart from wrong answers. A sample that ends on the model's
-terms is scored. The record (`SampleRecord`) says what every attempt cost and why each failed.
+model server, the engine, a sandbox stopped from outside) are tried again, backing off, up to
+`retries` times; if they persist the sample is recorded as an error (counted as wrong in the
+accuracy, and shown beside it). A sandbox that died of what ran in it (the host saw nothing else
+stop it: sandbox/docker/backend.py `_dead_reason`) is the model's doing: scored 0, never tried
+again, so breaking the sandbox on a hard item never beats a wrong answer. A sample that ends on
+the model's terms is scored. The record (`SampleRecord`) says what every attempt cost and why each failed.
 
 The Docker engine going away (a daemon restart) is waited out rather than counted: after a
 sandbox failure the runner asks the engine whether it is there (`EngineWatch`); if not, every
@@ -233,9 +236,19 @@ class _Tries:
     gone: Optional[EngineOutage] = None  # the engine did not come back
 
     @property
-    def failed(self) -> bool:
-        """The last attempt failed (the model server or the sandbox): an answer it left does not count."""
+    def broke_itself(self) -> bool:
+        """The last attempt's sandbox died of what ran in it (the host saw nothing else stop it): the
+        model's doing, scored 0 like a wrong answer and never tried again."""
         r = self.result
+        return (self.crash is None and r is not None and r.exit_reason is ExitReason.SANDBOX_ERROR
+                and r.trajectory.exit_cause == "sandbox")
+
+    @property
+    def failed(self) -> bool:
+        """The last attempt failed (the model server or the infrastructure): an answer it left does not count."""
+        r = self.result
+        if self.broke_itself:
+            return False
         return self.crash is not None or r.exit_reason is None or r.exit_reason.is_failure or r.outputs_lost is not None
 
     @property
@@ -349,6 +362,9 @@ class SampleRunner:
             if tries.gone is not None:
                 rec.error += f" (the sandbox engine did not answer again within {self.engine.max_wait_s:g} s)"
                 rec.engine_gone = str(tries.gone)
+        elif tries.broke_itself:  # the model's doing: a wrong answer, whatever it wrote first
+            detail = {"exit_cause": "sandbox", "why": tries.result.trajectory.exit_detail}
+            rec.score, rec.verdict = 0.0, Verdict(tries.result.answer or "", "", "sandbox broke itself", False, detail)
         else:
             rec.score, rec.verdict = await self._score(tries.result.answer or "", row)
         if tries.result is not None:

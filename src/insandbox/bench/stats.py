@@ -1,5 +1,8 @@
 """Accuracy with 95% confidence intervals, and sandbox-vs-plain comparisons on the same items.
 
+Every sample counts: one the infrastructure failed (after its retries) counts as wrong in `accuracy`,
+beside `accuracy_scored` over the scored ones and the number of errors.
+
 Repeats of one item are not independent, so intervals are computed over items: each
 item's mean score over its repeats, then a t-interval over items. With one binary sample
 per item that is replaced by the Wilson interval (well behaved at 0% and 100%), and so it
@@ -47,32 +50,62 @@ def is_binary(scores: list[float]) -> bool:
     return all(s in (0.0, 1.0) for s in scores)
 
 
-def accuracy(records: list[dict]) -> dict:
-    """Summary of one task x mode: n, items, accuracy, ci95 and how it was computed."""
-    scored = [r for r in records if r.get("score") is not None and not r.get("error")]
-    by_item: dict[str, list[float]] = defaultdict(list)
-    for r in scored:
-        by_item[str(r["id"])].append(float(r["score"]))
-    scores = [float(r["score"]) for r in scored]
-    out = {"n": len(scored), "items": len(by_item), "errors": sum(1 for r in records if r.get("error")),
-           "unscored": sum(1 for r in records if r.get("score") is None and not r.get("error")),
-           "accuracy": None, "ci95": None, "ci_method": None}
-    if not scored:
-        return out
-    if all(len(v) == 1 for v in by_item.values()) and is_binary(scores):
+def _interval(scores_by_item: dict[str, list[float]]) -> tuple[float, list[float], str]:
+    """(mean, 95% interval, method) of the samples' scores, intervals over items (see the module)."""
+    scores = [x for v in scores_by_item.values() for x in v]
+    if all(len(v) == 1 for v in scores_by_item.values()) and is_binary(scores):
         k = sum(scores)
-        out.update(accuracy=k / len(scores), ci95=list(wilson(k, len(scores))), ci_method="wilson")
+        return k / len(scores), list(wilson(k, len(scores))), "wilson"
+    item_means = [sum(v) / len(v) for v in scores_by_item.values()]
+    mean, lo, hi = t_interval(item_means)
+    if len(set(item_means)) == 1 and is_binary(scores):
+        # no spread between items (all right or all wrong): the t-interval collapses to a point;
+        # count each item once instead (conservative)
+        lo, hi = wilson(mean * len(item_means), len(item_means))
+        method = "wilson over items"
     else:
-        item_means = [sum(v) / len(v) for v in by_item.values()]
-        mean, lo, hi = t_interval(item_means)
-        if len(set(item_means)) == 1 and is_binary(scores):
-            # no spread between items (all right or all wrong): the t-interval collapses to a point;
-            # count each item once instead (conservative)
-            lo, hi = wilson(mean * len(item_means), len(item_means))
-            method = "wilson over items"
-        else:
-            method = "t over item means"
-        out.update(accuracy=sum(scores) / len(scores), ci95=[max(0.0, lo), min(1.0, hi)], ci_method=method)
+        method = "t over item means"
+    return sum(scores) / len(scores), [max(0.0, lo), min(1.0, hi)], method
+
+
+FAILED_WARNING_SHARE = 0.05  # past this share of samples in error, the accuracy is flagged
+
+
+def failed_warning(label: str, acc: dict) -> Optional[str]:
+    """A line saying how many samples ended in an error, when more than 5% did (else None)."""
+    if not acc.get("n") or not acc.get("errors") or acc["errors"] / acc["n"] <= FAILED_WARNING_SHARE:
+        return None
+    return (f"{label}: {acc['errors']} of {acc['n']} samples ended in an error ({100 * acc['errors'] / acc['n']:.0f}%, "
+            "the infrastructure failed them after their retries): the accuracy counts them as wrong; over the "
+            f"scored samples only it is {_pct_or_dash(acc.get('accuracy_scored'))}")
+
+
+def _pct_or_dash(x: Optional[float]) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def accuracy(records: list[dict]) -> dict:
+    """Summary of one task x mode. `accuracy` counts every sample: one that ended in an error (the
+    infrastructure failed it, retries spent) or that no scorer could score counts as wrong, so that a
+    model cannot leave its hard items out by failing them. `accuracy_scored` is the same over the scored
+    samples only; `errors` and `unscored` say how many the two differ by."""
+    scored = [r for r in records if r.get("score") is not None and not r.get("error")]
+    every: dict[str, list[float]] = defaultdict(list)
+    only_scored: dict[str, list[float]] = defaultdict(list)
+    for r in records:
+        value = float(r["score"]) if r.get("score") is not None and not r.get("error") else 0.0
+        every[str(r["id"])].append(value)
+    for r in scored:
+        only_scored[str(r["id"])].append(float(r["score"]))
+    errors = sum(1 for r in records if r.get("error"))
+    out = {"n": len(records), "items": len(every), "scored": len(scored), "errors": errors,
+           "unscored": sum(1 for r in records if r.get("score") is None and not r.get("error")),
+           "error_rate": round(errors / len(records), 6) if records else None,
+           "accuracy": None, "ci95": None, "ci_method": None, "accuracy_scored": None, "ci95_scored": None}
+    if records:
+        out["accuracy"], out["ci95"], out["ci_method"] = _interval(every)
+    if scored:
+        out["accuracy_scored"], out["ci95_scored"], _ = _interval(only_scored)
     return out
 
 

@@ -115,6 +115,13 @@ def bench(
         console.print(table)
     console.print(shown(f"results: {result.run_dir / 'results.jsonl'}  summary: {result.run_dir / 'summary.json'}  "
                         f"report: insandbox report {result.run_dir}  view: insandbox view {result.run_dir}"))
+    errors = sum(a.get("errors") or 0 for a in report["accuracy"])
+    if errors:  # an accuracy with failed samples in it is no success (CI must not read it as one)
+        samples = sum(a.get("n") or 0 for a in report["accuracy"])
+        console.print(shown(f"error: {errors} of {samples} samples ended in an error (counted as wrong in the "
+                            f"accuracy; results.jsonl's `error` says why); run them again with: insandbox bench "
+                            f"--resume {result.run_dir}"), style="red")
+        raise typer.Exit(1)
 
 
 def report(

@@ -29,6 +29,10 @@ def server_source() -> str:
     return _SERVER_SOURCE
 
 
+class ServerSilent(SandboxError):
+    """The server did not answer in time, its channel still open (the backend decides whose doing)."""
+
+
 class ServerChannel:
     """Requests and replies; a subclass implements `_read_replies`, handing stdout bytes to
     `_feed` and stderr bytes to `_note_stderr`, and returning at end of stream."""
@@ -84,7 +88,7 @@ class ServerChannel:
                 raise SandboxError(f"sandbox {self.name} is gone: {self.closed_reason}") from e
             raise SandboxError(f"sandbox {self.name}: channel broke: {e}") from e
         except asyncio.TimeoutError:
-            raise SandboxError(f"sandbox {self.name} did not answer within {wait_s:.0f}s") from None
+            raise ServerSilent(f"sandbox {self.name} did not answer within {wait_s:.0f}s") from None
         finally:
             self.pending.pop(rid, None)
             self.reply_limits.pop(rid, None)

@@ -153,6 +153,48 @@ def test_breaking_the_sandbox_pays_less_than_any_honest_ending(smollm_tokenizer,
     assert containers_with_label("insandbox.run_id=task-1") == []
 
 
+@pytest.mark.parametrize("how", ["cpu limit", "file limit"])
+def test_every_way_of_breaking_the_sandbox_is_the_models(smollm_tokenizer, docker_image, run_async, how):
+    """Beyond memory: PID 1's CPU limit lowered and then loaded (the container exits 137), its open files
+    limit lowered (the server dies). No kill came from outside (the engine's events say so): the sandbox's
+    doing, trained on at the broken-sandbox penalty, never masked."""
+    breaking = {"cpu limit": "prlimit --pid 1 --cpu=1:1; yes 0123456789abcdef | head -c 3000000000",
+                "file limit": "prlimit --pid 1 --nofile=3:3; (sleep 0.2 &); sleep 3"}[how]
+    r = _scored(smollm_tokenizer, docker_image, max_turns=3)
+    rec = run_async(r.run(ROW, ScriptedGenerator(r.chat, [{"turns": [call("execute_bash", command=breaking),
+                                                                      call("execute_bash", command="echo here")]}])))
+    assert rec.exit_reason == "sandbox_error" and rec.exit_cause == "sandbox", rec.exit_detail
+    assert not rec.masked and rec.reward == -1.0, rec.reward_detail
+    assert "nothing outside it" in rec.exit_detail
+
+
+def test_a_kill_from_outside_is_masked_even_after_an_oom_kill(smollm_tokenizer, docker_image, run_async):
+    """An honest rollout whose container a child's OOM kill marked (Docker's OOMKilled flag stays set) and
+    that someone then kills through the engine: the kill decides (the engine's `kill` event), masked."""
+    import subprocess
+
+    r = _scored(smollm_tokenizer, docker_image, max_turns=3, memory="256m")
+    kill = ("python3 -c 'b = [bytearray(1 << 20) for _ in range(1024)]'; "  # a child OOM-killed, the server lives
+            "sleep 2; echo B > /testbed/answer.txt")
+
+    async def killed_from_outside():
+        gen = ScriptedGenerator(r.chat, [{"turns": [call("execute_bash", command=kill),
+                                                    call("execute_bash", command="sleep 30")]}])
+        task = asyncio.ensure_future(r.run(ROW, gen))
+        for _ in range(300):  # until the second command runs
+            await asyncio.sleep(0.1)
+            if gen.calls >= 2:
+                break
+        await asyncio.sleep(1.0)
+        for cid in containers_with_label("insandbox.run_id=task-1"):
+            subprocess.run(["docker", "kill", cid], capture_output=True)
+        return await task
+
+    rec = run_async(killed_from_outside())
+    assert rec.exit_reason == "sandbox_error" and rec.exit_cause == "infrastructure", rec.exit_detail
+    assert rec.masked and "killed through the engine's API" in rec.exit_detail
+
+
 def test_infrastructure_failures_and_time_limits_are_masked(smollm_tokenizer, docker_image, run_async):
     """A sampler that dies after a turn (the inference server went away) and a rollout past its time
     limit say nothing about the model: masked, with the error value, whatever tokens they sampled."""

@@ -43,7 +43,7 @@ from ..base import (
     SandboxSpec,
     SetupError,
 )
-from ..channel import STREAM_LIMIT, PipeChannel, server_source
+from ..channel import STREAM_LIMIT, PipeChannel, ServerSilent, server_source
 from ..hostview import ProcessView
 from ..owner import owner_label, process_start
 from ..servercommands import ServerCommands
@@ -474,14 +474,33 @@ class BwrapSandbox(hostside.HostSideFiles, ServerCommands):
         try:
             return await self.channel.request(op, wait_s, **fields)
         except SandboxError as e:
-            if self.channel.closed_reason:
-                rc = self.proc.returncode if self.proc else None
-                killed = self.oom_kills_seen()
-                if killed:  # the kernel killed in it for its memory limit: the sandbox's own doing
-                    raise SandboxBrokenByItself(f"{e} (bwrap exit code {rc}; {killed} processes killed for the "
-                                                f"memory limit)") from None
-                raise SandboxError(f"{e} (bwrap exit code {rc})") from None
+            if self.channel.closed_reason or isinstance(e, ServerSilent):
+                why, by_itself = await self._dead_reason()
+                raise (SandboxBrokenByItself if by_itself else SandboxError)(f"{e} ({why})") from None
             raise
+
+    async def _dead_reason(self) -> tuple[str, bool]:
+        """Why the sandbox stopped answering, and whether it did so itself. Not its own doing needs
+        evidence from outside it: this process closed it, or its bwrap process (outside the sandbox's
+        namespaces, out of its reach) was killed by a signal from this machine. Anything else (its first
+        process died, of its memory limit or of what it did to it; a server that no longer answers) is
+        the sandbox's."""
+        if self._closed:
+            return "the sandbox was being closed", False
+        if self.proc is not None and self.proc.returncode is None and self.channel is not None \
+                and self.channel.closed_reason:
+            try:  # the channel ends a moment before bwrap reports the sandbox's end
+                await asyncio.wait_for(asyncio.shield(self.proc.wait()), 2.0)
+            except asyncio.TimeoutError:
+                pass
+        rc = self.proc.returncode if self.proc else None
+        if rc is not None and rc < 0:
+            return f"its bwrap process was killed from outside the sandbox (signal {-rc})", False
+        killed = self.oom_kills_seen()
+        oom = f"; {killed} process(es) killed for its memory limit" if killed else ""
+        if rc is None:
+            return f"its server stopped answering (what ran in it did so: nothing outside it did){oom}", True
+        return f"bwrap exit code {rc}: its first process ended{oom}; nothing outside it stopped it", True
 
 
 def _bwrap_alive(process: str) -> Optional[int]:

@@ -32,12 +32,12 @@ from ..base import (
     SandboxSpec,
     SetupError,
 )
-from ..channel import server_source
+from ..channel import ServerSilent, server_source
 from ..guest import protocol
 from ..guest.protocol import BOOTSTRAP
 from ..hostview import ProcessView
 from ..servercommands import ServerCommands
-from . import engine, etc_files, limits, netfilter, runtimes
+from . import engine, etc_files, events, limits, netfilter, runtimes
 from .channel import Channel, listen
 from .files import DockerFiles
 from .host import EngineHost
@@ -105,6 +105,7 @@ class DockerSandbox(DockerFiles, ServerCommands):
         self._view: Optional[ProcessView] = None  # its processes as this machine sees them (hostview.py)
         self._view_looked = False
         self._reset_baseline: Optional[resetcheck.Baseline] = None  # what each reset is checked against
+        self._created_at = 0.0  # this machine's time just before the engine created it (events.py)
 
     # ------------------------------------------------------------------ the backend
     @classmethod
@@ -262,6 +263,9 @@ class DockerSandbox(DockerFiles, ServerCommands):
             raise ImageNotFound(self.spec.image) from None
         labels = {LABEL: "1", LABEL_RUN: self.spec.run_id, LABEL_OWNER: owner_label(),
                   LABEL_CREATED: str(int(time.time()))}
+        # the engine's account of this container's end must be heard from before it exists (events.py)
+        await asyncio.to_thread(events.watcher)
+        self._created_at = time.time()
         t0 = time.perf_counter()
         try:
             created = await self._create(api, labels, size)
@@ -529,23 +533,39 @@ class DockerSandbox(DockerFiles, ServerCommands):
         return await snapshot.take(self)
 
     async def _dead_reason(self) -> tuple[str, bool]:
-        """Why the container stopped, from the engine, and whether its own processes did it: the
-        kernel killed it for its memory limit (the sandbox's memory; the server uses little of it)."""
+        """Why the container stopped, and whether it was the sandbox's own doing. Who ended an episode
+        decides its fate, so "not the sandbox's" needs positive evidence from outside it: the engine's
+        API failed or says the container is gone, the engine's events show a kill through its API (which
+        nothing in the sandbox can reach) or its stream broke while the container ran, or the container's
+        processes were killed for memory with no out-of-memory event of its own limit (this machine ran
+        out). Every other end, however it came about (its memory limit, a signal or limit it set on its
+        own first process, a server it crashed), is the sandbox's."""
         try:
             info = await engine.call(engine.api().inspect_container, self.container_id)
-        except Exception:
-            return "the container no longer exists", False
+        except Exception as e:
+            if engine.is_not_found(e):
+                return "the container was removed through the engine's API (nothing in a sandbox can do that)", False
+            return f"the Docker engine did not answer ({type(e).__name__}: {e})", False
         state = info.get("State", {})
-        if state.get("OOMKilled"):
-            return "the container was killed for exceeding its memory limit, by what ran in it", True
+        history = await asyncio.to_thread(events.watcher().history, self.container_id, self._created_at,
+                                          0.0 if state.get("Running") else 2.0)
+        kill = history.killed_from_outside()
+        if kill is not None:
+            return (f"the container was killed through the engine's API (signal {kill.attributes.get('signal', '?')}; "
+                    "nothing in a sandbox can do that)"), False
+        if history.stream_broke_at is not None:
+            return "the Docker engine went away while the container ran", False
+        own_oom = history.first("oom")
+        if state.get("OOMKilled") and own_oom is None and history.complete:
+            return "this machine ran out of memory: the kernel killed the container's processes outside its limit", \
+                False
         code = state.get("ExitCode")
-        if not state.get("Running") and self.gvisor and code not in (0, 137, 143, None):
-            # gVisor's kernel died of what ran in it (its host tasks hit the pids limit: a fork bomb); a stop
-            # or kill from outside (the engine, a user) exits 143 or 137
-            return f"gVisor stopped: what ran in it exhausted the sandbox's limits (exit code {code})", True
-        if not state.get("Running"):
-            return f"the container stopped (exit code {code})", False
-        return "the container's server stopped answering", False
+        if state.get("Running"):
+            return "the container's server stopped answering (what ran in it did so: nothing outside it did)", True
+        why = "its memory limit" if own_oom is not None else f"exit code {code}"
+        if self.gvisor and own_oom is None and code not in (0, 137, 143, None):
+            why = f"gVisor stopped: what ran in it exhausted the sandbox's limits (exit code {code})"
+        return f"the container stopped ({why}); nothing outside it stopped it", True
 
     def _channel_alive(self) -> bool:
         return self.channel is not None and not self.channel.closed_reason
@@ -560,7 +580,7 @@ class DockerSandbox(DockerFiles, ServerCommands):
         try:
             return await self.channel.request(op, wait_s, **fields)
         except SandboxError as e:
-            if self.channel.closed_reason:
+            if self.channel.closed_reason or isinstance(e, ServerSilent):
                 why, by_itself = await self._dead_reason()
                 raise (SandboxBrokenByItself if by_itself else SandboxError)(f"{e} ({why})") from None
             raise
