@@ -397,6 +397,12 @@ TEST_ROWS: list[tuple[str, str, str]] = [  # (case, expected, pytest node id or 
     ("replay: a trajectory.json of tiny values", "refused within 12 times its size + 256 MiB of memory",
      "tests/runs/test_trajectory_budget.py::test_a_file_of_tiny_values_is_refused_before_this_process_spends_"
      "anything"),
+    ("a model breaks its sandbox on the items it gets wrong (OOM score, CPU and file limits, copy-back)",
+     "each scored 0, never retried: no more than the honest 20%", "tests/bench/test_attribution.py"),
+    ("RL: PID 1's CPU or file limit lowered", "the sandbox's doing: trained on at the broken-sandbox penalty",
+     "tests/rl/rollout/test_runner.py::test_every_way_of_breaking_the_sandbox_is_the_models"),
+    ("RL: an honest rollout killed through the engine after a child's OOM kill", "the kill event decides: masked",
+     "tests/rl/rollout/test_runner.py::test_a_kill_from_outside_is_masked_even_after_an_oom_kill"),
     ("sandboxes fork-bombing together against kernel.pid_max", "admitted only while all at their process limits "
      "fit; one bigger than the host refused in one line", "tests/sandbox/test_admission.py::test_sandboxes_are_"
      "admitted_at_their_process_limits"),
