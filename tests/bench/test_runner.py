@@ -161,7 +161,9 @@ def test_infrastructure_failures_are_retried_and_kept_apart(scripted, run_async,
     assert bad["score"] is None and "model_error" in bad["error"] and bad["attempts"] == 2
     assert recs[rows[2].id]["score"] == 0.0 and recs[rows[2].id]["error"] is None  # wrong, not an error
     summary = result.summary["tasks"]["chem"]["llm"]
-    assert (summary["n"], summary["errors"], summary["accuracy"]) == (2, 1, 0.5)
+    # every sample counts: the error as wrong in `accuracy`, left out of `accuracy_scored`
+    assert (summary["n"], summary["scored"], summary["errors"], summary["accuracy"], summary["accuracy_scored"]) == \
+        (3, 2, 1, 1 / 3, 0.5)
 
 
 @pytest.mark.shared_data
