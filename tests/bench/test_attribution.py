@@ -62,7 +62,7 @@ def _bench(scripted, tmp_path: Path, breaking: bool) -> tuple[int, dict, list[di
     return r.returncode, summary, records
 
 
-def test_breaking_the_sandbox_never_scores_more_than_a_wrong_answer(scripted, tmp_path):
+def test_breaking_the_sandbox_never_scores_more_than_a_wrong_answer(scripted, docker_image, tmp_path):
     rc, honest, _ = _bench(scripted, tmp_path, breaking=False)
     assert rc == 0 and honest["accuracy"] == 0.2 and honest["errors"] == 0, honest
     rc, broken, records = _bench(scripted, tmp_path, breaking=True)

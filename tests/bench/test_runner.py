@@ -293,7 +293,7 @@ def test_sandbox_samples_without_a_tool_call_are_counted_and_most_of_them_warned
     assert final in " ".join(r.stdout.split())
     md = (run_dir / "report" / "report.md").read_text()
     assert "> **Warning:** chem: 5 of 5 sandbox-mode samples made no tool call" in md
-    assert "| errors | unscored | no tool call | scoring |" in md
+    assert "| errors | scored accuracy | unscored | no tool call | scoring |" in md
     sandbox_row = next(line for line in md.splitlines() if line.startswith("| m | chem | sandbox |"))
     plain_row = next(line for line in md.splitlines() if line.startswith("| m | chem | llm |"))
     assert "| 5 of 5 |" in sandbox_row and "| - |" in plain_row
