@@ -51,7 +51,9 @@ FIELDS = 5  # of one entry of a copy-back's listing
 STAT_SCRIPT = (f'if [ -e "$1" ] || [ -L "$1" ]; then stat -c "{STAT}" -- "$1" || exit 3; '
                '[ ! -L "$1" ] || readlink -- "$1"; else echo missing; fi')
 # $1: a path. Its real path (every link followed), a NUL, then that path's stat when it exists
-RESOLVE_SCRIPT = ('r=$(readlink -m -- "$1") || exit 3; printf "%s\\0" "$r"; '
+# (a loop of links leaves a link that leads nowhere: readlink -ev then says why)
+RESOLVE_SCRIPT = ('r=$(readlink -m -- "$1") || exit 3; if [ -L "$r" ] && [ ! -e "$r" ]; then '
+                  'readlink -ev -- "$1" >/dev/null || exit 3; fi; printf "%s\\0" "$r"; '
                   f'if [ -e "$r" ]; then stat -c "{STAT}" -- "$r" || exit 3; fi')
 # $1: a path, $2: "nofollow" to refuse a final link, $3: the first byte (from 1), $4: how many at most
 READ_SCRIPT = ('[ -f "$1" ] || exit 3; [ "$2" != nofollow ] || [ ! -L "$1" ] || exit 3; '
@@ -60,10 +62,10 @@ READ_SCRIPT = ('[ -f "$1" ] || exit 3; [ "$2" != nofollow ] || [ ! -L "$1" ] || 
 # APPEND_SCRIPT for each further piece)
 WRITE_SCRIPT = 'mkdir -p -- "$(dirname -- "$1")" && base64 -d > "$1" && chmod "$2" -- "$1"'
 APPEND_SCRIPT = 'base64 -d >> "$1"'
-# $1: a folder, $2: entries at most, $3: bytes at most. Entry by entry, never following a link:
-# type, size, device:inode:links, path below $1, link target; each field NUL-terminated
+# $1: a folder, $2: bytes at most. Entry by entry, never following a link: type, size,
+# device:inode:links, path below $1, link target; each field NUL-terminated
 LIST_SCRIPT = ('[ -d "$1" ] || exit 0; find -P "$1" -mindepth 1 -printf "%y\\0%s\\0%D:%i:%n\\0%P\\0%l\\0" '
-               '| head -z -n "$2" | head -c "$3"')
+               '| head -c "$2"')
 
 
 async def _sh(sb: Sandbox, script: str, *args: str, stdin: str = "", timeout: float = FILE_TIMEOUT_S):
@@ -110,7 +112,7 @@ async def resolve(sb: Sandbox, path: str) -> tuple[str, Optional[FileStat]]:
         raise SandboxFileError(f"{path}: the sandbox's stat said {line[:100]!r}") from None
 
 
-async def _read(sb: Sandbox, path: str, max_bytes: Optional[int], follow: bool) -> Optional[bytes]:
+async def read_bytes(sb: Sandbox, path: str, max_bytes: Optional[int], follow: bool) -> Optional[bytes]:
     """The bytes of the regular file at path, at most max_bytes + 1 of them, piece by piece; None when it
     is not one."""
     pieces: list[bytes] = []
@@ -145,7 +147,7 @@ async def read_file(sb: Sandbox, path: str, max_bytes: Optional[int]) -> bytes:
         raise SandboxFileError(f"{path} is a {st.kind}, not a regular file")
     if max_bytes is not None and st.size > max_bytes:
         raise SandboxFileError(f"{path} is {st.size:,} bytes, over the {max_bytes:,}-byte limit")
-    data = await _read(sb, path, max_bytes, follow=True)
+    data = await read_bytes(sb, path, max_bytes, follow=True)
     if data is None:
         raise SandboxFileError(f"{path} is no longer a regular file")
     if max_bytes is not None and len(data) > max_bytes:
@@ -210,20 +212,21 @@ def _entries(text: str) -> tuple[list[Entry], str]:
 
 
 async def copy_out(sb: Sandbox, container_dir: str, dest: Path, limits: Optional[CopyLimits]) -> CopyResult:
-    """The folder listed in one exec (links never followed; no more entries or bytes than the bounds
-    allow), then each file that fits read on its own; the same rules as every backend's (copyback.py)."""
+    """The folder listed in one exec (links never followed, no more bytes than the bound allows) and
+    sorted as the in-sandbox server lists it (names in order, a folder before what it holds), then each
+    file that fits read on its own; the same rules as every backend's (copyback.py)."""
     dest.mkdir(parents=True, exist_ok=True)
     budget = CopyBudget(limits)
     lim = budget.limits
     root = container_dir.rstrip("/") or "/"
-    most = 1 << 62 if lim.max_entries is None else lim.max_entries + 1
     cap = 2 * lim.max_listing_bytes + LISTING_SLACK_BYTES  # find's fields take no more than the JSON measure
-    res = await _sh(sb, LIST_SCRIPT, root, str(FIELDS * most), str(cap))
+    res = await _sh(sb, LIST_SCRIPT, root, str(cap))
     if res.exit_code != 0:
         raise SandboxFileError(f"cannot list {root}: {res.stderr.strip() or f'exit code {res.exit_code}'}")
     entries, why = _entries(res.stdout)
     if len(res.stdout) >= cap:
         why = why or "cut"
+    entries.sort(key=lambda e: e.path.split("/"))
     written: list[str] = []
     links: list[tuple[str, Entry]] = []
     for e in entries:
@@ -242,7 +245,7 @@ async def copy_out(sb: Sandbox, container_dir: str, dest: Path, limits: Optional
             links.append((d.source, e))
         elif d.action == "copy":
             room = budget.room(e)
-            data = await _read(sb, f"{root}/{e.path}", room, follow=False)
+            data = await read_bytes(sb, f"{root}/{e.path}", room, follow=False)
             if data is None:
                 budget.skip(e.path, "changed while copying: no longer a regular file", e.size)
                 continue

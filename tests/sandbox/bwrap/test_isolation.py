@@ -20,7 +20,7 @@ import pytest
 from insandbox.sandbox import SandboxError, SandboxLimits, SetupError
 from insandbox.sandbox.bwrap import LIVE, launch, seccomp
 from tests.helpers import REPO
-from tests.sandbox.bwrap.conftest import NO_DOCKER, cache_of
+from tests.sandbox.conftest import NO_DOCKER, cache_of
 
 # run inside: the errno of each syscall tried (0: it succeeded), given the machine's numbers
 PROBE = r'''
