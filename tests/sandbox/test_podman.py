@@ -232,7 +232,7 @@ def test_shell_files_and_failures(rootful, tmp_path):
         engine.api().kill(other.container_id)
         with pytest.raises(SandboxError) as e:
             await other.run("echo hi")
-        assert "gone" in str(e.value) and "stopped" in str(e.value), e.value
+        assert "gone" in str(e.value) and "killed through the engine's API" in str(e.value), e.value
     run(body)
 
 
