@@ -88,3 +88,13 @@ def test_the_registry_takes_only_sandbox_subclasses():
             backend_class("not-one")
     finally:
         BACKENDS.pop("not-one")
+
+
+def test_a_pool_whose_spec_the_backend_refuses_says_so_to_the_sample_waiting(fake_backend, run_async):
+    """The refusal comes when the pool makes a sandbox: the sample waiting for it gets it, in one line."""
+    async def go():
+        async with SandboxPool(SandboxSpec(limits=SandboxLimits(network="host")), backend=fake_backend,
+                               size=1) as pool:
+            with pytest.raises(SetupError, match="^the fake backend cannot hold a memory limit"):
+                await asyncio.wait_for(pool.acquire(), 30)
+    run_async(go())
