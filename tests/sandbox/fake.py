@@ -1,9 +1,15 @@
-"""A sandbox backend that is no sandbox: a folder on this machine and `bash -c` in it. Used only by
-tests/sandbox/test_seam.py to show what a backend needs: the Sandbox protocol, its Capabilities, and
-one line registering it (sandbox.register_backend). It isolates nothing; never use it for a model.
+"""A sandbox backend of the tests' own, and the example of docs/backends/writing-a-backend.md: a
+folder of this machine as the sandbox's root, bubblewrap around it, insandbox's in-sandbox server as
+its first process, and no container engine.
 
-Paths of the "sandbox" (/testbed/...) live under a temporary root folder; commands run with that
-root's /testbed as their working folder, so the test's commands use relative paths.
+It writes the five members every backend must: `start`, `close` and `alive` here, `run` and `exec`
+through ServerCommands (the in-sandbox server gives the persistent shell and its timeouts). Its files
+are Sandbox's defaults, through `exec`. What it cannot do, its Capabilities say, and the rest of
+insandbox refuses in one line: any resource or disk limit, networks other than none and host,
+recycling, snapshots. One line registers it: register_backend("fake", "tests.sandbox.fake:FakeSandbox").
+
+It keeps the host's files and environment out (only /usr and its links, read-only) and its processes
+in a pid namespace of their own; it has no seccomp filter, no limits, no overlay: never give it a model.
 """
 from __future__ import annotations
 
@@ -14,135 +20,93 @@ import tempfile
 from pathlib import Path
 from typing import ClassVar, Optional
 
-from insandbox.sandbox import (
-    Capabilities,
-    CommandResult,
-    CopyLimits,
-    CopyResult,
-    ExecResult,
-    FileStat,
-    SandboxFileError,
-    SandboxSpec,
-)
-from insandbox.sandbox.copyback import CopyBudget, Entry, host_path
+from insandbox.sandbox import Capabilities, Sandbox, SandboxBrokenByItself, SandboxError, SandboxSpec
+from insandbox.sandbox.channel import STREAM_LIMIT, PipeChannel, ServerSilent, server_source
+from insandbox.sandbox.guest.protocol import BOOTSTRAP
+from insandbox.sandbox.servercommands import ServerCommands
 
-STARTED: list[str] = []  # roots of every fake sandbox started, for the test to look at
+STARTED: list[str] = []  # roots of every fake sandbox started, for the tests to look at
+HOST_TREES = ("usr", "bin", "sbin", "lib", "lib32", "lib64")  # the host's programs, read-only, or links to them
+PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
-class FakeSandbox:
+class FakeSandbox(ServerCommands, Sandbox):
     backend: ClassVar[str] = "fake"
-    capabilities: ClassVar[Capabilities] = Capabilities(network_modes=("bridge", "none"))
+    capabilities: ClassVar[Capabilities] = Capabilities(network_modes=("none", "host"))
 
     def __init__(self, spec: SandboxSpec):
-        self.spec, self.uses, self.root, self._closed = spec, 0, None, False
+        super().__init__(spec)  # refuses a spec its Capabilities cannot meet
+        self.root: Optional[Path] = None
+        self.proc: Optional[asyncio.subprocess.Process] = None
+        self.channel: Optional[PipeChannel] = None
+        self._closed = False
 
-    # the backend
-    @classmethod
-    async def prepare(cls, spec, on_status=lambda t: None, on_progress=lambda t: None) -> None:
-        return None
-
-    @classmethod
-    def clean(cls, everything: bool = False, dry_run: bool = False) -> list:
-        return []
-
-    @classmethod
-    async def reachable(cls, timeout: float = 10.0) -> bool:
-        return True
-
-    @classmethod
-    async def remove_unremoved(cls) -> list[str]:
-        return []
-
-    @classmethod
-    def kill_all_now(cls) -> None:
-        return None
-
-    # one sandbox
     async def start(self) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="insandbox-fake-"))
-        (self.root / self.spec.workdir.lstrip("/")).mkdir(parents=True)
-        self.uses = 1
         STARTED.append(str(self.root))
-
-    def _host(self, path: str) -> Path:
-        return self.root / path.lstrip("/")
-
-    def info(self) -> dict:
-        return {"backend": self.backend, "image": self.spec.image, "root": str(self.root)}
+        for folder in ("etc", "root", "tmp", self.spec.workdir.lstrip("/")):
+            (self.root / folder).mkdir(parents=True, exist_ok=True)
+        (self.root / "etc/hostname").write_text("sandbox\n")
+        (self.root / "etc/passwd").write_text("root:x:0:0:root:/root:/bin/bash\n")
+        argv = ["bwrap", "--unshare-all", "--unshare-user", "--uid", "0", "--gid", "0", "--die-with-parent",
+                "--new-session", "--as-pid-1", "--hostname", "sandbox", "--bind", str(self.root), "/"]
+        if self.spec.limits.network == "host":
+            argv.append("--share-net")
+            shutil.copyfile("/etc/resolv.conf", self.root / "etc/resolv.conf")
+        for name in HOST_TREES:
+            host = Path("/", name)
+            if host.is_symlink():
+                (self.root / name).symlink_to(os.readlink(host))
+            elif host.is_dir():
+                argv += ["--ro-bind", str(host), str(host)]
+        argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm", "--chdir", self.spec.workdir,
+                 "--clearenv", "--setenv", "PATH", PATH, "--setenv", "HOME", "/root"]
+        for key, value in self.spec.env.items():
+            argv += ["--setenv", str(key), str(value)]
+        try:
+            self.proc = await asyncio.create_subprocess_exec(
+                *argv, "python3", "-c", BOOTSTRAP, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE, limit=STREAM_LIMIT, start_new_session=True)
+            self.channel = PipeChannel(self.proc.stdin, self.proc.stdout, self.proc.stderr, self.root.name)
+            await self.channel.handshake(server_source())
+        except BaseException:
+            await self.close()
+            raise
+        self.uses = 1
 
     @property
     def alive(self) -> bool:
-        return self.root is not None and not self._closed
-
-    @property
-    def recyclable(self) -> bool:
-        return False
-
-    async def run(self, command: str, timeout: float = 120.0) -> CommandResult:
-        proc = await asyncio.create_subprocess_exec("bash", "-c", command, cwd=self._host(self.spec.workdir),
-                                                    stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
-        out, _ = await asyncio.wait_for(proc.communicate(), timeout)
-        text = out.decode(errors="replace")
-        return CommandResult(output=text, exit_code=proc.returncode, total_chars=len(text), total_bytes=len(out),
-                             cwd=self.spec.workdir)
-
-    async def exec(self, argv: list[str], timeout: float = 60.0, stdin: str = "") -> ExecResult:
-        if argv[:2] == ["mkdir", "-p"]:
-            for folder in argv[2:]:
-                if folder != "--":
-                    self._host(folder).mkdir(parents=True, exist_ok=True)
-            return ExecResult(exit_code=0, stdout="", stderr="")
-        return ExecResult(exit_code=127, stdout="", stderr=f"the fake backend runs no {argv[0]}")
-
-    async def stat(self, path: str) -> Optional[FileStat]:
-        p = self._host(path)
-        if not p.exists():
-            return None
-        st = p.stat()
-        return FileStat(name=p.name, size=st.st_size, mode=st.st_mode & 0o7777, kind="directory" if p.is_dir() else
-                        "file")
-
-    async def resolve(self, path: str) -> tuple[str, Optional[FileStat]]:
-        return path, await self.stat(path)
-
-    async def read_file(self, path: str, max_bytes: Optional[int] = None) -> bytes:
-        p = self._host(path)
-        if not p.is_file():
-            raise SandboxFileError(f"{path}: no such file")
-        return p.read_bytes()
-
-    async def write_file(self, path: str, data: bytes, mode: Optional[int] = None) -> None:
-        p = self._host(path)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_bytes(data)
-
-    async def remove_file(self, path: str) -> None:
-        self._host(path).unlink(missing_ok=True)
-
-    async def copy_in(self, host_path_: Path, container_dir: str) -> None:
-        shutil.copytree(host_path_, self._host(container_dir), dirs_exist_ok=True)
-
-    async def copy_in_files(self, files: dict[str, bytes], container_dir: str) -> None:
-        for name, data in files.items():
-            await self.write_file(f"{container_dir}/{name}", data)
-
-    async def copy_out(self, container_dir: str, host_dir: Path, limits: Optional[CopyLimits] = None) -> CopyResult:
-        budget, src, written = CopyBudget(limits), self._host(container_dir), []
-        for p in sorted(src.rglob("*")) if src.is_dir() else []:
-            rel = p.relative_to(src).as_posix()
-            kind = "symlink" if p.is_symlink() else "directory" if p.is_dir() else "file"
-            entry = Entry(rel, kind, p.lstat().st_size)
-            if not budget.admit(entry):
-                break
-            decision = budget.decide(entry)
-            target = host_path(Path(host_dir), rel)
-            if decision.action == "copy" and target is not None:
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(p.read_bytes())
-                written.append(rel)
-        return CopyResult(written, budget.skipped)
+        return self.channel is not None and not self.channel.closed_reason and not self._closed
 
     async def close(self) -> None:
+        if self._closed:
+            return
         self._closed = True
-        if self.root is not None and os.path.isdir(self.root):
+        if self.channel is not None:
+            await self.channel.close()  # stdin's end: the server ends everything in the sandbox
+        if self.proc is not None and self.proc.returncode is None:
+            try:
+                await asyncio.wait_for(self.proc.wait(), 2.0)
+            except asyncio.TimeoutError:
+                self.proc.kill()
+                await self.proc.wait()
+        if self.root is not None:
             shutil.rmtree(self.root, ignore_errors=True)
+
+    async def _request(self, op: str, wait_s: float, **fields) -> dict:
+        """ServerCommands' way to the server. A channel that ended is the sandbox's own doing unless this
+        machine saw otherwise: this process closed it, or bwrap (outside its namespaces) was killed."""
+        if self.channel is None:
+            raise SandboxError("sandbox not started")
+        try:
+            return await self.channel.request(op, wait_s, **fields)
+        except SandboxError as e:
+            if not (self.channel.closed_reason or isinstance(e, ServerSilent)):
+                raise
+            try:
+                await asyncio.wait_for(asyncio.shield(self.proc.wait()), 2.0)
+            except asyncio.TimeoutError:
+                pass
+            if self._closed or (self.proc.returncode or 0) < 0:
+                raise SandboxError(f"{e} (it was closed or killed from outside)") from None
+            raise SandboxBrokenByItself(f"{e} (its server ended; nothing outside it stopped it)") from None

@@ -1,13 +1,11 @@
-"""Copy-back of an output folder that tries to cost the host: many folders, links and FIFOs, long
-paths, long link targets, and a server that answers past the bound it was given. What the host
-makes, reads and records stays within the limits whichever way the folder comes back (through the
-sandbox's server, or the engine's archive stream when the server is gone). The bwrap backend's
-host-side walk is tried the same way in bwrap/test_copyback.py."""
+"""Copy-back of an output folder that tries to cost the host, the Docker backend's own ways: the
+engine's archive stream when the server is gone (many folders, links and FIFOs, long paths, long link
+targets), and a server that answers past the bound it was given. The same folders through each
+backend's usual way are the conformance suite's (conformance/test_copyback.py); the bwrap backend's
+host-side walk is tried in bwrap/test_copyback.py."""
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 
 import pytest
 
@@ -15,43 +13,7 @@ from insandbox.sandbox import CopyLimits, SandboxError
 from insandbox.sandbox.copyback import SKIPPED_KEPT, SKIPPED_PATH_CHARS, SKIPPED_REASON_CHARS, CopyBudget, Entry
 from insandbox.sandbox.guest import protocol
 from insandbox.sandbox.serverfiles import listed_entries
-
-# 60 empty folders, 60 symbolic links, 60 FIFOs, then 10 files (sorted after all of them)
-KINDS = """python3 - <<'EOF'
-import os
-os.chdir("/testbed/output")
-for i in range(60):
-    os.mkdir("d%03d" % i)
-    os.symlink("/etc/passwd", "l%03d" % i)
-    os.mkfifo("p%03d" % i)
-for i in range(10):
-    open("z%d" % i, "w").write("z")
-EOF"""
-# 100 files at the end of 12 nested folders: paths of ~3,100 characters
-LONG_PATHS = """python3 - <<'EOF'
-import os
-d = "/testbed/output"
-for i in range(12):
-    d = os.path.join(d, "d%02d" % i + "x" * 237)
-os.makedirs(d)
-for i in range(100):
-    open(os.path.join(d, "f%03d" % i + "y" * 196), "w").write("f")
-EOF"""
-# 1,000 symbolic links with 200-character names and 3,000-character targets
-LONG_LINKS = """python3 - <<'EOF'
-import os
-os.chdir("/testbed/output")
-for i in range(1000):
-    os.symlink("/" + "t" * 3000, "l%04d" % i + "n" * 195)
-EOF"""
-
-
-def on_host(folder: Path) -> list[str]:
-    """Every entry below folder (folders, files, anything), relative."""
-    out = []
-    for top, dirs, files in os.walk(folder):
-        out += [os.path.relpath(os.path.join(top, n), folder) for n in dirs + files]
-    return out
+from tests.sandbox.conformance.cases import KINDS, LONG_LINKS, LONG_PATHS, on_host
 
 
 async def filled(sandbox_factory, script: str, via: str):
@@ -66,13 +28,12 @@ async def filled(sandbox_factory, script: str, via: str):
 VIA = pytest.mark.parametrize("via", ["server", "archive"])
 
 
-@VIA
-def test_folders_links_and_fifos_count_against_the_entry_limit(sandbox_factory, run_async, tmp_path, via):
+def test_every_entry_counts_against_the_limit_through_the_archive_stream(sandbox_factory, run_async, tmp_path):
     """Regression: only regular files counted, so 100,000 empty folders all came back (393 MB on the
     host), and links and FIFOs cost a listing and a record each without limit. Now every entry counts:
     past the limit nothing more is made, looked at or recorded one by one."""
     async def body():
-        sb = await filled(sandbox_factory, KINDS, via)
+        sb = await filled(sandbox_factory, KINDS, "archive")
         few = await sb.copy_out("/testbed/output", tmp_path / "few", CopyLimits(max_entries=50))
         made = on_host(tmp_path / "few")
         assert 0 < len(made) <= 50 and few.files == []
@@ -90,33 +51,37 @@ def test_folders_links_and_fifos_count_against_the_entry_limit(sandbox_factory, 
     run_async(body())
 
 
-@VIA
-def test_long_paths_stop_at_the_listing_bound(sandbox_factory, run_async, tmp_path, via):
+def test_long_paths_stop_at_the_listing_bound_through_the_archive_stream(sandbox_factory, run_async, tmp_path):
     """Regression: 30,000 paths of ~3,700 characters were listed whole (the host went from 88 MB to
     524 MB). The listing now has a bound in bytes, the same whichever way the folder comes back."""
     async def body():
-        sb = await filled(sandbox_factory, LONG_PATHS, via)
+        sb = await filled(sandbox_factory, LONG_PATHS, "archive")
         bound = 64 * 1024
         copied = await sb.copy_out("/testbed/output", tmp_path / "out",
                                    CopyLimits(max_entries=None, max_listing_bytes=bound))
         assert 0 < len(copied.files) < 100
         assert sum(len(p) for p in on_host(tmp_path / "out")) <= bound
         assert "listing passed 64.0 KiB" in copied.skipped[-1].reason
-        if via == "server":  # what the server itself sends when asked for at most `bound` bytes
-            reply = await sb._request(protocol.LIST_TREE, 30.0, path="/testbed/output", max_entries=None,
-                                      max_bytes=bound)
-            assert reply["truncated"] and len(json.dumps(reply)) <= bound + 1024
-            assert 0 < len(reply["entries"]) < 112
         await sb.close()
     run_async(body())
 
 
-@VIA
-def test_the_record_of_what_was_left_behind_is_bounded(sandbox_factory, run_async, tmp_path, via):
+def test_the_servers_listing_keeps_the_bound_it_was_given(sandbox_factory, run_async):
+    async def body():
+        sb = await filled(sandbox_factory, LONG_PATHS, "server")
+        bound = 64 * 1024
+        reply = await sb._request(protocol.LIST_TREE, 30.0, path="/testbed/output", max_entries=None, max_bytes=bound)
+        assert reply["truncated"] and len(json.dumps(reply)) <= bound + 1024
+        assert 0 < len(reply["entries"]) < 112
+        await sb.close()
+    run_async(body())
+
+
+def test_the_record_of_what_was_left_behind_is_bounded_through_the_archive_stream(sandbox_factory, run_async, tmp_path):
     """Regression: every skipped entry was recorded whole (a 118 MB trajectory.json). Now the first
     entries are kept, clipped, and the rest are counted by reason."""
     async def body():
-        sb = await filled(sandbox_factory, LONG_LINKS + "\necho kept > /testbed/output/zz.txt", via)
+        sb = await filled(sandbox_factory, LONG_LINKS + "\necho kept > /testbed/output/zz.txt", "archive")
         copied = await sb.copy_out("/testbed/output", tmp_path / "out", CopyLimits(max_entries=None))
         assert copied.files == ["zz.txt"]
         kept = [s for s in copied.skipped if s.path != "..."]

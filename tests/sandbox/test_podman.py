@@ -20,26 +20,25 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Optional
 
 import pytest
 
 from insandbox.sandbox import SandboxError, SandboxLimits, SandboxSpec, SetupError, create_sandbox
 from insandbox.sandbox.docker import LABEL, LABEL_OWNER, DockerSandbox, engine, limits, owner_label, proxy
 from tests.helpers import REPO, cli
-from tests.sandbox.bwrap.conftest import cache_of, rootfs_tar  # noqa: F401  (a fixture, by name below)
+from tests.sandbox import podman_service
+from tests.sandbox.conftest import cache_of
 from tests.sandbox.network_peer import SLIRP_GATEWAY, TCP_PORT, UDP_PORT
+from tests.sandbox.podman_service import Service, clean_up, engine_at, load_image, need_podman
 from tests.sandbox.test_network import host_addresses, host_connects, tcp_server, udp_echo
 
 pytestmark = pytest.mark.docker
 
 IMAGE = "insandbox:latest"
 USER = "insandbox-podman"  # rootless Podman's user
-MISSING = "podman is not installed: `bash scripts/setup.sh` installs it (Debian's podman package)"
 CAP_NAMES = {0: "CHOWN", 1: "DAC_OVERRIDE", 3: "FOWNER", 4: "FSETID", 5: "KILL", 6: "SETGID", 7: "SETUID"}
 NO_LIMITS = SandboxLimits(memory=None, cpus=None, pids=None)
 
@@ -51,135 +50,10 @@ LISTEN = ("import socket\ns = socket.socket(); s.setsockopt(socket.SOL_SOCKET, s
           "s.bind(('0.0.0.0', 9000)); s.listen()\nwhile True:\n    c, _ = s.accept(); c.sendall(b'hello'); c.close()\n")
 
 
-# ---------------------------------------------------------------------- the services
-class Service:
-    """`podman system service` on a socket of its own, as root or as `user`."""
-
-    def __init__(self, folder: Path, user: Optional[str] = None, env: Optional[dict] = None):
-        self.folder, self.user, self.env = folder, user, dict(env or {})
-        self.socket = folder / "podman.sock"
-        self.host = f"unix://{self.socket}"
-        self.log = folder / "service.log"
-        self.proc: Optional[subprocess.Popen] = None
-
-    def start(self) -> None:
-        argv = ["podman", "system", "service", "--time=0", self.host]
-        if self.user:
-            argv = ["runuser", "-u", self.user, "--", "env", *(f"{k}={v}" for k, v in self.env.items()), *argv]
-        with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(argv, env={**os.environ, **self.env}, stdout=log, stderr=subprocess.STDOUT,
-                                         start_new_session=True)
-        import docker
-
-        deadline = time.monotonic() + 60
-        while True:
-            if self.proc.poll() is not None:
-                pytest.fail(f"podman system service exited ({self.proc.returncode}): {self.log.read_text()[-2000:]}")
-            try:
-                if self.socket.exists() and docker.APIClient(base_url=self.host, version="1.41", timeout=5).ping():
-                    return
-            except Exception:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"podman system service did not answer on {self.socket}: {self.log.read_text()[-2000:]}")
-            time.sleep(0.2)
-
-    def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(20)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
-
-    def api(self):
-        import docker
-
-        return docker.APIClient(base_url=self.host, version="auto", timeout=600)
-
-
-def _hard_limit(pid: int, name: str) -> int:
-    for line in Path(f"/proc/{pid}/limits").read_text().splitlines():
-        if line.startswith(name):
-            return int(line[len(name):].split()[1])
-    raise AssertionError(f"no {name} in /proc/{pid}/limits")
-
-
-def _load_image(service: Service, user: Optional[str], tag: str = IMAGE) -> None:
-    """An image of the Docker engine into this Podman's store, unless it has it already; the copy it
-    replaces is removed (the sandbox image is 1.3 GB)."""
-    docker_env = {k: v for k, v in os.environ.items() if k != "DOCKER_HOST"}
-    found = subprocess.run(["docker", "image", "inspect", "-f", "{{.Id}}", tag], env=docker_env,
-                           capture_output=True, text=True)
-    assert found.returncode == 0, f"{tag} is not in the Docker engine (scripts/setup.sh builds it): {found.stderr}"
-    want = found.stdout.strip()
-    api = service.api()
-    try:
-        have = api.inspect_image(tag)["Id"]
-    except Exception:
-        have = None
-    if have == want:
-        return
-    load = ["podman", "load"]
-    if user:
-        load = ["runuser", "-u", user, "--", "env", *(f"{k}={v}" for k, v in service.env.items()), *load]
-    save = subprocess.Popen(["docker", "save", tag], env=docker_env, stdout=subprocess.PIPE)
-    loaded = subprocess.run(load, stdin=save.stdout, capture_output=True, text=True, env={**os.environ, **service.env})
-    save.stdout.close()
-    assert save.wait() == 0 and loaded.returncode == 0, loaded.stderr[-2000:]
-    if have:
-        with contextlib.suppress(Exception):
-            api.remove_image(have)
-
-
-def _clean_up(service: Service) -> None:
-    """What the tests made in this Podman: sandboxes, the registries proxy and its networks."""
-    api = service.api()
-    for label in (f"{LABEL}=1", proxy.LABEL_PROXY):
-        for c in api.containers(all=True, filters={"label": label}):
-            with contextlib.suppress(Exception):
-                engine.remove_container(api, c["Id"])
-    for n in api.networks(filters={"label": proxy.LABEL_PROXY}):
-        with contextlib.suppress(Exception):
-            api.remove_network(n["Id"])
-
-
-def _need_podman() -> None:
-    if shutil.which("podman") is None:
-        pytest.fail(MISSING)
-    if os.geteuid() != 0:
-        pytest.fail("the Podman tests start services as root and as a user of their own: run them as root")
-
-
 @pytest.fixture(scope="module")
 def rootful_service(docker_image):
-    _need_podman()
-    folder = Path(tempfile.mkdtemp(prefix="insandbox-podman-", dir="/run"))
-    conf = folder / "containers.conf"
-    conf.write_text("")
-    service = Service(folder, env={"CONTAINERS_CONF": str(conf)})
-    # Rootful Podman gives every container 1048576 open files and processes whatever its own limits;
-    # where root may not raise a limit (no CAP_SYS_RESOURCE, as in some VMs) no container starts.
-    # Its containers get Podman's own limits instead, as Docker's get dockerd's.
-    service.start()
-    nofile, nproc = _hard_limit(service.proc.pid, "Max open files"), _hard_limit(service.proc.pid, "Max processes")
-    service.stop()
-    conf.write_text(f'[containers]\ndefault_ulimits = ["nofile={nofile}:{nofile}", "nproc={nproc}:{nproc}"]\n')
-    service.start()
-    try:
-        _load_image(service, None)
-        _load_image(service, None, proxy.image_tag())  # the registries proxy's
+    with podman_service.rootful_service() as service:
         yield service
-    finally:
-        try:
-            _clean_up(service)
-        finally:  # a Podman that fails to list its containers is still stopped
-            service.stop()
-            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _rootless_user() -> pwd.struct_passwd:
@@ -204,7 +78,7 @@ def _rootless_user() -> pwd.struct_passwd:
 
 @pytest.fixture(scope="module")
 def rootless_service(docker_image):
-    _need_podman()
+    need_podman()
     user = _rootless_user()
     runtime = Path(f"/run/user/{user.pw_uid}")
     runtime.mkdir(parents=True, exist_ok=True)
@@ -216,35 +90,17 @@ def rootless_service(docker_image):
     service = Service(folder, user=USER, env={"XDG_RUNTIME_DIR": str(runtime), "HOME": user.pw_dir})
     service.start()
     try:
-        _load_image(service, USER)
+        load_image(service, USER)
         yield service
     finally:
         try:
-            _clean_up(service)
+            clean_up(service)
         finally:  # a Podman that fails to list its containers is still stopped
             service.stop()
             shutil.rmtree(folder, ignore_errors=True)
         pause = runtime / "libpod/tmp/pause.pid"  # what keeps rootless Podman's namespaces between commands
         with contextlib.suppress(OSError, ValueError):
             os.kill(int(pause.read_text().strip()), signal.SIGKILL)
-
-
-@contextlib.contextmanager
-def engine_at(host: str):
-    """This process's sandboxes on the engine at `host` for a while (the client is made again)."""
-    saved = os.environ.get("DOCKER_HOST")
-    os.environ["DOCKER_HOST"] = host
-    engine._api = None
-    proxy.forget()
-    try:
-        yield
-    finally:
-        if saved is None:
-            os.environ.pop("DOCKER_HOST", None)
-        else:
-            os.environ["DOCKER_HOST"] = saved
-        engine._api = None
-        proxy.forget()
 
 
 @pytest.fixture
@@ -376,7 +232,7 @@ def test_shell_files_and_failures(rootful, tmp_path):
         engine.api().kill(other.container_id)
         with pytest.raises(SandboxError) as e:
             await other.run("echo hi")
-        assert "gone" in str(e.value) and "stopped" in str(e.value), e.value
+        assert "gone" in str(e.value) and "killed through the engine's API" in str(e.value), e.value
     run(body)
 
 

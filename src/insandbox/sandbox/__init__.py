@@ -1,5 +1,6 @@
-"""Where commands run. `Sandbox` is the protocol (base.py); each backend is one class in its
-own file, registered here by name and imported only when used."""
+"""Where commands run. `Sandbox` is the base class of every backend (base.py); each backend is one
+folder under sandbox/ with a Sandbox subclass, registered here by one line and imported only when
+used. tests/sandbox/conformance/ is the suite each one passes (docs/backends/writing-a-backend.md)."""
 from __future__ import annotations
 
 import importlib
@@ -15,6 +16,7 @@ from .base import (
     FileStat,
     OperationError,
     Sandbox,
+    SandboxBrokenByItself,
     SandboxError,
     SandboxFileError,
     SandboxLimits,
@@ -25,7 +27,10 @@ from .base import (
 )
 
 # name -> "module:class". A new backend is a folder under sandbox/ and one line here.
-BACKENDS = {"docker": "insandbox.sandbox.docker:DockerSandbox", "bwrap": "insandbox.sandbox.bwrap:BwrapSandbox"}
+BACKENDS = {
+    "docker": "insandbox.sandbox.docker:DockerSandbox",
+    "bwrap": "insandbox.sandbox.bwrap:BwrapSandbox",
+}
 
 
 def register_backend(name: str, target: str) -> None:
@@ -39,7 +44,10 @@ def backend_class(name: str = defaults.BACKEND) -> type[Sandbox]:
         module, cls = BACKENDS[name].split(":")
     except KeyError:
         raise SetupError(f"unknown sandbox backend {name!r}; known: {', '.join(BACKENDS)}") from None
-    return getattr(importlib.import_module(module), cls)
+    found = getattr(importlib.import_module(module), cls)
+    if not (isinstance(found, type) and issubclass(found, Sandbox)):
+        raise SetupError(f"sandbox backend {name!r} ({BACKENDS[name]}) is not a subclass of insandbox.sandbox.Sandbox")
+    return found
 
 
 def create_sandbox(spec: SandboxSpec, backend: str = defaults.BACKEND) -> Sandbox:
@@ -55,6 +63,6 @@ def kill_all_now() -> None:
 
 
 __all__ = ["BACKENDS", "Capabilities", "CommandResult", "CopyLimits", "CopyResult", "ExecResult", "FileStat",
-           "OperationError", "Sandbox", "SandboxError", "SandboxFileError", "SandboxLimits", "SandboxSpec",
-           "ServerError", "SetupError", "Skipped", "backend_class", "create_sandbox", "kill_all_now",
+           "OperationError", "Sandbox", "SandboxBrokenByItself", "SandboxError", "SandboxFileError", "SandboxLimits",
+           "SandboxSpec", "ServerError", "SetupError", "Skipped", "backend_class", "create_sandbox", "kill_all_now",
            "register_backend"]

@@ -177,8 +177,8 @@ class SandboxPool:
         task.add_done_callback(self._tasks.discard)
 
     async def _start_one(self) -> None:
-        sb = self.cls(self.spec)
         try:
+            sb = self.cls(self.spec)  # a spec the backend cannot have is refused here (SetupError)
             async with self._start_slots:
                 await sb.start()
         except BaseException as e:

@@ -1,6 +1,7 @@
 """Commands through the in-sandbox server, the same for every backend that runs it (Docker's, bwrap's):
-the backend provides `spec`, `_request` (which turns a dead channel into the backend's own error) and
-`_process_view` (the sandbox's processes as this machine sees them, hostview.py; None where it cannot).
+a mixin of a `Sandbox` subclass (base.py) that provides `spec`, `_request` (which turns a dead channel into
+the backend's own error) and `_process_view` (the sandbox's processes as this machine sees them,
+hostview.py; None where it cannot). It writes two of the five members a backend must: `run` and `exec`.
 
 A command that times out is killed by the server with everything it started; whether that happened
 is then read from this machine: what is left of the command is killed from here, and the result says

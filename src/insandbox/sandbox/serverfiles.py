@@ -6,8 +6,8 @@ batches.
 What the server cannot do (big files, a server busy with a command the caller gave up on, a server
 that is gone) a backend does its own way, in the `_..._elsewhere` methods: the Docker backend through
 the engine's archive API (docker/files.py), the bwrap backend on the host side through the
-sandbox's root (bwrap/hostside.py). The host class provides `spec`, `exec`, `_request(op, wait_s,
-**fields)` and `_channel_free()`.
+sandbox's root (bwrap/hostside.py). A mixin of a `Sandbox` subclass (base.py: `spec`, `exec`,
+`remove_file`, `_mkdir`), which adds `_request(op, wait_s, **fields)` and `_channel_free()`.
 """
 from __future__ import annotations
 
@@ -132,16 +132,6 @@ class ServerFiles:
             except ServerError as e:
                 raise SandboxFileError(f"cannot write {path}: {e.message}") from None
         await self._write_elsewhere(path, data, 0o644 if mode is None else mode)
-
-    async def remove_file(self, path: str) -> None:
-        res = await self.exec(["rm", "-f", "--", path])
-        if res.exit_code != 0:
-            raise SandboxFileError(f"cannot remove {path}: {res.stderr.strip()}")
-
-    async def _mkdir(self, container_dir: str) -> None:
-        res = await self.exec(["mkdir", "-p", "--", container_dir])
-        if res.exit_code != 0:
-            raise SandboxError(f"cannot create {container_dir} in the sandbox: {res.stderr.strip()}")
 
     # ------------------------------------------------------------------ copy-back
     async def copy_out(self, container_dir: str, host_dir: Path, limits: Optional[CopyLimits] = None) -> CopyResult:

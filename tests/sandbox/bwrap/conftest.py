@@ -1,6 +1,6 @@
-"""Fixtures of the bwrap backend's tests: the image's root filesystem as one tar (exported once per image
-id with the Docker engine, which the sandboxes themselves never use), sandboxes started in this process
-(as root), and an unprivileged user who runs insandbox the way a Slurm job would.
+"""Fixtures of the bwrap backend's tests: sandboxes started in this process (as root) from the image's
+root filesystem as one tar (../conftest.py's rootfs_tar), and an unprivileged user who runs insandbox the
+way a Slurm job would.
 
 Every sandbox here runs with DOCKER_HOST pointing at a socket that does not exist: no engine is needed
 to run one. The tar and the caches it is unpacked into live under /var/tmp/insandbox-test-rootfs/
@@ -20,32 +20,9 @@ import pytest
 
 from insandbox.sandbox import SandboxLimits, SandboxSpec, create_sandbox
 from tests.helpers import REPO
+from tests.sandbox.conftest import NO_DOCKER, cache_of
 
-ROOTFS_DIR = Path("/var/tmp/insandbox-test-rootfs")
 TEST_USER = "insandbox-test"
-NO_DOCKER = "unix:///nonexistent/docker.sock"
-
-
-@pytest.fixture(scope="session")
-def rootfs_tar(docker_image) -> Path:
-    """insandbox:latest's root filesystem as one tar (insandbox image export's), made once per image id."""
-    from insandbox.sandbox import backend_class
-
-    docker = backend_class("docker")
-    image_id = docker.image_id(docker_image).split(":")[-1][:16]
-    tar = ROOTFS_DIR / f"{image_id}.tar"
-    if not tar.is_file():
-        if ROOTFS_DIR.exists():  # another image's tar and its unpacked copies: 1.3 GB each
-            shutil.rmtree(ROOTFS_DIR)
-        ROOTFS_DIR.mkdir(parents=True)
-        docker.export_root_filesystem(docker_image, tar)
-    os.chmod(ROOTFS_DIR, 0o755)
-    os.chmod(tar, 0o644)
-    return tar
-
-
-def cache_of(uid: int) -> Path:
-    return ROOTFS_DIR / f"cache-{uid}"
 
 
 @pytest.fixture

@@ -1,16 +1,13 @@
-"""Copy-back of a hostile output folder from real bwrap sandboxes: through the sandbox's server and
-through the backend's own walk on the host side (the server gone), the same bounds as Docker's
-(../test_copyback.py): every kind of entry counts, the listing stops at its bound in bytes, and the
-record of what was left behind stays small."""
+"""Copy-back of a hostile output folder from real bwrap sandboxes, through the backend's own walk on the
+host side (the server gone; through the server it is the conformance suite's): every kind of entry
+counts, the listing stops at its bound in bytes, and the record of what was left behind stays small."""
 from __future__ import annotations
 
 import asyncio
 
-import pytest
-
 from insandbox.sandbox import CopyLimits
 from insandbox.sandbox.copyback import SKIPPED_KEPT, SKIPPED_PATH_CHARS
-from tests.sandbox.test_copyback import KINDS, LONG_LINKS, LONG_PATHS, on_host
+from tests.sandbox.conformance.cases import KINDS, LONG_LINKS, LONG_PATHS, on_host
 
 
 async def filled(bwrap_factory, script: str, via: str):
@@ -23,15 +20,11 @@ async def filled(bwrap_factory, script: str, via: str):
     return sb
 
 
-VIA = pytest.mark.parametrize("via", ["server", "host-side"])
-
-
-@VIA
-def test_folders_links_and_fifos_count_against_the_entry_limit(bwrap_factory, run_async, tmp_path, via):
+def test_folders_links_and_fifos_count_against_the_entry_limit_on_the_host_side(bwrap_factory, run_async, tmp_path):
     """Regression: the host-side walk counted regular files only and kept a descriptor open for every
     folder waiting its turn; now every entry counts and past the limit nothing more is made or opened."""
     async def body():
-        sb = await filled(bwrap_factory, KINDS, via)
+        sb = await filled(bwrap_factory, KINDS, "host-side")
         few = await sb.copy_out("/testbed/output", tmp_path / "few", CopyLimits(max_entries=50))
         assert 0 < len(on_host(tmp_path / "few")) <= 50 and few.files == []
         assert "more than 50 entries" in few.skipped[-1].reason
@@ -43,10 +36,9 @@ def test_folders_links_and_fifos_count_against_the_entry_limit(bwrap_factory, ru
     run_async(body())
 
 
-@VIA
-def test_long_paths_stop_at_the_listing_bound(bwrap_factory, run_async, tmp_path, via):
+def test_long_paths_stop_at_the_listing_bound_on_the_host_side(bwrap_factory, run_async, tmp_path):
     async def body():
-        sb = await filled(bwrap_factory, LONG_PATHS, via)
+        sb = await filled(bwrap_factory, LONG_PATHS, "host-side")
         bound = 64 * 1024
         copied = await sb.copy_out("/testbed/output", tmp_path / "out", CopyLimits(max_entries=None,
                                                                                    max_listing_bytes=bound))
@@ -56,10 +48,9 @@ def test_long_paths_stop_at_the_listing_bound(bwrap_factory, run_async, tmp_path
     run_async(body())
 
 
-@VIA
-def test_the_record_of_what_was_left_behind_is_bounded(bwrap_factory, run_async, tmp_path, via):
+def test_the_record_of_what_was_left_behind_is_bounded_on_the_host_side(bwrap_factory, run_async, tmp_path):
     async def body():
-        sb = await filled(bwrap_factory, LONG_LINKS, via)
+        sb = await filled(bwrap_factory, LONG_LINKS, "host-side")
         copied = await sb.copy_out("/testbed/output", tmp_path / "out", CopyLimits(max_entries=None))
         kept = [s for s in copied.skipped if s.path != "..."]
         assert len(kept) == SKIPPED_KEPT and all(len(s.path) <= SKIPPED_PATH_CHARS for s in kept)

@@ -20,7 +20,7 @@ import pytest
 from insandbox.sandbox import SandboxError, SandboxLimits, SetupError
 from insandbox.sandbox.bwrap import LIVE, launch, seccomp
 from tests.helpers import REPO
-from tests.sandbox.bwrap.conftest import NO_DOCKER, cache_of
+from tests.sandbox.conftest import NO_DOCKER, cache_of
 
 # run inside: the errno of each syscall tried (0: it succeeded), given the machine's numbers
 PROBE = r'''
@@ -306,7 +306,7 @@ def test_a_sandbox_whose_server_the_oom_killer_took_broke_by_itself(bwrap_factor
     async def body():
         sb = await bwrap_factory(limits=SandboxLimits(network="none", memory="64m"))
         await sb.run("head -c 50m /dev/zero > /dev/shm/fill; echo 1000 > /proc/1/oom_score_adj")
-        with pytest.raises(SandboxBrokenByItself, match="killed for the memory limit"):
+        with pytest.raises(SandboxBrokenByItself, match="killed for its memory limit"):
             await sb.run(SHARED_MAPPING.replace("768 << 20", "64 << 20"), timeout=60)
             await sb.run("echo alive")
         assert sb.oom_kills_seen() >= 1

@@ -1,104 +1,38 @@
-"""The Sandbox protocol on real bwrap sandboxes (started by this process, no Docker engine): the
-persistent shell, timeouts, files byte-exact both ways (through the server and from the host side),
-copy-in and copy-back (links not followed, FIFOs skipped, a busy or dead server), and what the
-backend declares it cannot do, refused in one line or done another way."""
+"""The bwrap backend's own ways on real sandboxes (started by this process, no Docker engine): files
+while the server is busy or after it died (from the host side), whole tasks, the command line and RL
+with --backend bwrap, what it declares and cannot do (refused in one line or done another way), and
+`clean`. What every backend does is tests/sandbox/conformance/'s."""
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
-import os
 import time
 
 import pytest
 
-from insandbox.sandbox import CopyLimits, SandboxError, SandboxLimits, SandboxSpec, SetupError, backend_class
+from insandbox.sandbox import SandboxError, SandboxLimits, SandboxSpec, SetupError, backend_class
 from insandbox.sandbox.bwrap import LIVE, BwrapSandbox
 from insandbox.sandbox.pool import SandboxPool
 from tests.helpers import cli
-from tests.sandbox.test_docker import COUNT_SLEEPS, FIDELITY_CASES
 
 
 def test_what_the_backend_declares():
     caps = backend_class("bwrap").capabilities
     assert (caps.recycle, caps.snapshot, caps.disk_limit, caps.named_networks) == (False, False, False, False)
     assert caps.network_modes == ("none", "bridge", "host")
+    assert caps.limits == ("memory", "pids") and not caps.runtimes  # cpus: where it has a cgroup
 
 
-def test_shell_state_timeouts_and_the_server_survive(bwrap_factory, run_async):
-    async def body():
-        sb = await bwrap_factory()
-        assert sb.info()["server_info"]["pid"] == 1  # the server is the sandbox's init
-        await sb.run("cd /tmp && export FOO=bar && greet() { echo hello $1; }")
-        r = await sb.run("pwd; echo $FOO; greet you; id -u")
-        assert r.output.splitlines() == ["/tmp", "bar", "hello you", "0"] and r.cwd == "/tmp"
-        r = await sb.run("echo out; echo err >&2; cat; exit_with() { return $1; }; exit_with 7")
-        assert r.exit_code == 7 and "out" in r.output and "err" in r.output
-        await sb.run("sleep 300 &")  # an earlier background job survives the timeout below
-        r = await sb.run("(sleep 1000 & setsid sleep 1000 & wait); echo never", timeout=1.5)
-        assert r.timed_out and "never" not in r.output
-        assert "sleeps=1" in (await sb.run(COUNT_SLEEPS)).output
-        r = await sb.run("kill -9 1; kill -TERM 1; pkill -9 -f python3; echo tried")
-        assert "tried" in r.output and (await sb.run("echo alive")).output == "alive\n"
-        r = await sb.run("exit 3")
-        assert r.exit_code == 3 and r.shell_exited and (await sb.run("echo $FOO $PWD")).output == "bar /tmp\n"
-        await sb.close()
-        await sb.close()  # twice is fine
-        assert sb.folder is not None and not sb.folder.path.exists() and sb.name not in LIVE
-    run_async(body())
-
-
-@pytest.mark.parametrize("fast_max", [1 << 20, 0], ids=["server-for-small-files", "host-side-only"])
-def test_files_are_byte_exact(bwrap_factory, run_async, fast_max):
-    """Small files through the sandbox's server, big ones (and all, with 0) on the host side through its root."""
-    async def body():
-        sb = await bwrap_factory(fast_file_max_bytes=fast_max)
-        for name, data in FIDELITY_CASES.items():
-            await sb.write_file(f"/testbed/fid/{name}", data)
-        sums = (await sb.run("cd /testbed/fid && sha256sum *")).output
-        for name, data in FIDELITY_CASES.items():
-            assert f"{hashlib.sha256(data).hexdigest()}  {name}" in sums, name
-            assert await sb.read_file(f"/testbed/fid/{name}") == data, name
-        # symlinks are followed inside the sandbox, never out of it
-        await sb.run("ln -s /etc/hostname /testbed/link && ln -s ../../../../../etc/hostname /testbed/up && "
-                     "mkfifo /testbed/fifo")
-        assert await sb.read_file("/testbed/link") == b"sandbox\n" == await sb.read_file("/testbed/up")
-        with pytest.raises(Exception, match="FIFO"):
-            await sb.read_file("/testbed/fifo")
-        await sb.close()
-    run_async(body())
-
-
-def test_copy_in_and_back_links_not_followed_fifos_skipped(bwrap_factory, run_async, tmp_path):
-    src = tmp_path / "in"
-    (src / "sub").mkdir(parents=True)
-    (src / "a.txt").write_bytes(b"A\r\n")
-    (src / "sub" / "b.bin").write_bytes(bytes(range(256)) * 8192)  # 2 MiB: past the server's size
-
-    async def body():
-        sb = await bwrap_factory()
-        await sb.copy_in(src, "/testbed/input")
-        await sb.copy_in_files({"docs/one.txt": b"one\n"}, "/testbed/documents")
-        r = await sb.run("cd /testbed && find input documents -type f | sort && cat -A input/a.txt && "
-                         "sha256sum input/sub/b.bin")
-        assert "documents/docs/one.txt\ninput/a.txt\ninput/sub/b.bin\nA^M$" in r.output
-        assert hashlib.sha256((src / "sub" / "b.bin").read_bytes()).hexdigest() in r.output
-        r = await sb.run("cd /testbed/output && mkdir -p x/y && printf deep > x/y/z.txt && printf top > top.txt && "
-                         "head -c 3000000 /dev/urandom > big.bin && ln big.bin twin.bin && ln -s /etc/passwd link && "
-                         "ln -s / root-link && mkfifo pipe && sha256sum big.bin")
-        want = r.output.split()[0]
-        copied = await sb.copy_out("/testbed/output", tmp_path / "out")
-        assert sorted(copied.files) == ["big.bin", "top.txt", "twin.bin", "x/y/z.txt"]
-        assert hashlib.sha256((tmp_path / "out/twin.bin").read_bytes()).hexdigest() == want
-        why = {s.path: s.reason for s in copied.skipped}
-        assert set(why) == {"link", "root-link", "pipe"} and "FIFO" in why["pipe"]
-        assert "symbolic link to '/etc/passwd'" in why["link"]
-        assert not os.path.lexists(tmp_path / "out/link") and not os.path.lexists(tmp_path / "out/pipe")
-        few = await sb.copy_out("/testbed/output", tmp_path / "few", CopyLimits(max_file_bytes=10))
-        assert sorted(few.files) == ["top.txt", "x/y/z.txt"] and "per-file limit" in dict(
-            (s.path, s.reason) for s in few.skipped)["big.bin"]
-        await sb.close()
-    run_async(body())
+def test_a_spec_it_cannot_meet_is_refused_in_its_own_words_when_the_sandbox_is_made():
+    for limits, words in ((SandboxLimits(network="registries"), "^the bwrap backend cannot --network registries "
+                                                                "\\(its allow-list proxy"),
+                          (SandboxLimits(network="none", runtime="runsc"), "^the bwrap backend has no OCI runtimes"),
+                          (SandboxLimits(network="none", disk="1g", cpus=1.0), None)):
+        if words is None:  # a disk limit held per file (prepare warns), cpus where it has a cgroup: made
+            assert BwrapSandbox(SandboxSpec(limits=limits)).uses == 0
+            continue
+        with pytest.raises(SetupError, match=words):
+            BwrapSandbox(SandboxSpec(limits=limits))
 
 
 def test_files_come_back_while_a_command_runs_and_after_the_server_died(bwrap_factory, run_async, tmp_path):

@@ -11,7 +11,7 @@ import insandbox
 from insandbox.bench.runner import BenchConfig
 from insandbox.config import RunConfig
 from insandbox.distributed.bench import run_bench
-from tests.sandbox.bwrap.conftest import NO_DOCKER, cache_of
+from tests.sandbox.conftest import NO_DOCKER, cache_of
 
 
 def test_bench_on_ray_nodes_without_docker(rootfs_tar, scripted, run_async, tmp_path, monkeypatch):

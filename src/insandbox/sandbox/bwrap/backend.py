@@ -38,6 +38,7 @@ from ..base import (
     CommandResult,
     Leftover,
     Progress,
+    Sandbox,
     SandboxBrokenByItself,
     SandboxError,
     SandboxSpec,
@@ -156,13 +157,15 @@ def _probe(fs: rootfs.RootFS) -> str:
     return err
 
 
-class BwrapSandbox(hostside.HostSideFiles, ServerCommands):
+class BwrapSandbox(hostside.HostSideFiles, ServerCommands, Sandbox):
     backend: ClassVar[str] = "bwrap"
+    # cpus: held by the sandbox's cgroup where this user may make one (limits_held says), else not
     capabilities: ClassVar[Capabilities] = Capabilities(
-        recycle=False, snapshot=False, disk_limit=False, network_modes=NETWORKS, named_networks=False)
+        recycle=False, snapshot=False, disk_limit=False, network_modes=NETWORKS, named_networks=False,
+        limits=("memory", "pids"))
 
     def __init__(self, spec: SandboxSpec):
-        self.spec = spec
+        super().__init__(spec)
         self.name = f"insandbox-{spec.run_id or 'x'}-{uuid.uuid4().hex[:6]}"
         self.folder: Optional[launch.Folder] = None
         self.proc: Optional[asyncio.subprocess.Process] = None
@@ -177,20 +180,27 @@ class BwrapSandbox(hostside.HostSideFiles, ServerCommands):
         self.slirp: Optional[network_mod.Slirp] = None  # --network bridge's way out
         self._host_view: Optional[ProcessView] = None  # its processes as this machine sees them
         self.group: Optional[cgroup.Group] = None  # its cgroup, where this user may make one
-        self.uses = 0
 
     # ------------------------------------------------------------------ the backend
+    @classmethod
+    def refusal(cls, spec: SandboxSpec) -> str:
+        """Its own words for a network it cannot have (what to use instead); a disk limit is held per file
+        (prepare warns), cpus where it has a cgroup."""
+        lim = spec.limits
+        why = _network_refusal(lim.network)
+        if not why and lim.runtime:
+            why = f"the bwrap backend has no OCI runtimes (--runtime {lim.runtime})"
+        return why
+
     @classmethod
     async def prepare(cls, spec: SandboxSpec, on_status: Progress = lambda text: None,
                       on_progress: Progress = lambda text: None) -> None:
         """The network mode is one this backend has (and can have here), the root filesystem is there
         (exported or unpacked once), and a sandbox can start on this host."""
         lim = spec.limits
-        why = _network_refusal(lim.network)
+        why = cls.refusal(spec)
         if why:
             raise SetupError(why)
-        if lim.runtime:
-            raise SetupError(f"the bwrap backend has no OCI runtimes (--runtime {lim.runtime})")
         _cgroup_places(lim)  # --memory refused here when it must have a cgroup and cannot
         fs = await asyncio.to_thread(find_rootfs, spec.image, on_status)
         why = await asyncio.to_thread(check_host, fs)
@@ -229,10 +239,6 @@ class BwrapSandbox(hostside.HostSideFiles, ServerCommands):
     @classmethod
     async def reachable(cls, timeout: float = 10.0) -> bool:
         return launch.tools_missing() is None  # no engine that could be away
-
-    @classmethod
-    async def remove_unremoved(cls) -> list[str]:
-        return []
 
     @classmethod
     def kill_all_now(cls) -> None:
@@ -416,16 +422,6 @@ class BwrapSandbox(hostside.HostSideFiles, ServerCommands):
     @property
     def alive(self) -> bool:
         return self._channel_alive() and not self._closed
-
-    @property
-    def recyclable(self) -> bool:
-        return False
-
-    async def recycle(self) -> dict:
-        raise SandboxError("the bwrap backend cannot recycle a sandbox")
-
-    async def snapshot(self):
-        raise SetupError("the bwrap backend cannot snapshot a sandbox")
 
     async def close(self) -> None:
         if self._closed:

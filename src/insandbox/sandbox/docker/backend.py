@@ -27,6 +27,7 @@ from ..base import (
     Capabilities,
     Leftover,
     Progress,
+    Sandbox,
     SandboxBrokenByItself,
     SandboxError,
     SandboxSpec,
@@ -74,14 +75,14 @@ def isolation_unavailable(network: str) -> str:
     return ""
 
 
-class DockerSandbox(DockerFiles, ServerCommands):
+class DockerSandbox(DockerFiles, ServerCommands, Sandbox):
     backend: ClassVar[str] = "docker"
     capabilities: ClassVar[Capabilities] = Capabilities(
         recycle=True, snapshot=True, disk_limit=True, network_modes=("bridge", "none", "host", "registries"),
-        named_networks=True)
+        named_networks=True, limits=("memory", "cpus", "pids"), runtimes=True)
 
     def __init__(self, spec: SandboxSpec):
-        self.spec = spec
+        super().__init__(spec)
         self.container_id: Optional[str] = None
         self.name = f"insandbox-{spec.run_id or 'x'}-{uuid.uuid4().hex[:6]}"
         self.channel: Optional[Channel] = None
@@ -92,7 +93,6 @@ class DockerSandbox(DockerFiles, ServerCommands):
         self.network_info: dict = {}  # the registries proxy, in that mode
         self._network_mode, self._env = spec.limits.network, dict(spec.env or {})  # as start() resolves them
         self._closed = False
-        self.uses = 0  # samples this container has served (recycling gives it more than one)
         self.last_recycle: dict = {}  # what the reset before the current sample did
         self._restorer = None  # recycle.Restorer, made at start when the spec asks for recycling
         self.not_recyclable = ""  # why this container must serve one sample only

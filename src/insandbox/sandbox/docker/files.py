@@ -3,7 +3,9 @@
 Small files go through the in-container server (../serverfiles.py: byte-exact, ~2 ms, and procfs or
 in-container mounts are seen as the model sees them); big ones and whole folders through the engine's
 archive API (~60 ms and engine CPU per call), which also reads a stopped container's files and a
-running one's while its server is busy with a command.
+running one's while its server is busy with a command. Under gVisor the sandbox's files live in its
+own kernel's view (an overlay the host does not see into, nor it into the host's later writes): big
+files and folders go through the server too while it answers (in pieces: ../execfiles.py).
 """
 from __future__ import annotations
 
@@ -15,6 +17,8 @@ import posixpath
 from pathlib import Path
 from typing import Optional
 
+from ...core import hostfiles
+from .. import execfiles
 from ..base import BLOCK_DEVICE, CHAR_DEVICE, DIRECTORY, FIFO, FILE, SOCKET, SYMLINK, FileStat, SandboxFileError
 from ..copyback import CopyBudget, human_size
 from ..serverfiles import CHANNEL_GRACE_S, ServerFiles, not_a_file  # noqa: F401 (CHANNEL_GRACE_S: the backend's)
@@ -59,6 +63,10 @@ class DockerFiles(ServerFiles):
                 return
             await asyncio.sleep(0.05)
 
+    def _through_the_server(self) -> bool:
+        """gVisor, its server free: the archive API would not see the sandbox's own view of its files."""
+        return self.gvisor and self._channel_free()
+
     async def _stat_elsewhere(self, path: str) -> Optional[FileStat]:
         """The engine's view (the container's own filesystem, not procfs or in-container mounts)."""
         await self._settled()
@@ -81,6 +89,11 @@ class DockerFiles(ServerFiles):
     async def _read_elsewhere(self, path: str) -> bytes:
         import docker.errors
 
+        if self._through_the_server():
+            data = await execfiles.read_bytes(self, path, None, follow=True)
+            if data is None:
+                raise SandboxFileError(f"{path} is no longer a regular file")
+            return data
         await self._settled()
         api = engine.api()
 
@@ -100,6 +113,8 @@ class DockerFiles(ServerFiles):
     async def _write_elsewhere(self, path: str, data: bytes, mode: int) -> None:
         import docker.errors
 
+        if self._through_the_server():
+            return await execfiles.write_file(self, path, data, mode)
         api = engine.api()
         parent, name = posixpath.split(posixpath.normpath(path))
         blob = archive.single_file_tar(name, data, mode)
@@ -114,11 +129,15 @@ class DockerFiles(ServerFiles):
             raise SandboxFileError(f"cannot write {path}: {e.explanation or e}") from None
 
     async def copy_in(self, host_path: Path, container_dir: str) -> None:
+        if self._through_the_server():
+            return await execfiles.copy_in(self, Path(host_path), container_dir)
         await self._mkdir(container_dir)
         with archive.tar_of(Path(host_path)) as tar:
             await engine.call(engine.api().put_archive, self.container_id, container_dir, tar)
 
     async def copy_in_files(self, files: dict[str, bytes], container_dir: str) -> None:
+        if self._through_the_server():
+            return await super().copy_in_files(files, container_dir)  # file by file (Sandbox's)
         await self._mkdir(container_dir)
         await engine.call(engine.api().put_archive, self.container_id, container_dir, archive.tar_of_texts(files))
 
@@ -127,6 +146,14 @@ class DockerFiles(ServerFiles):
         """One big file through the archive API; returns why it was not copied, or None."""
         import docker.errors
 
+        if self._through_the_server():
+            data = await execfiles.read_bytes(self, path, max_bytes, follow=False)
+            if data is None:
+                return "changed while copying: no longer a regular file"
+            if max_bytes is not None and len(data) > max_bytes:
+                return "grew while copying, over the per-file limit"
+            await asyncio.to_thread(hostfiles.write_bytes, target, data)
+            return None
         api = engine.api()
 
         def fetch() -> Optional[str]:
