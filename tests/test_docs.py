@@ -240,3 +240,35 @@ def test_the_test_command_builds_the_manual_strictly():
              for s in ("ruff check", "lint-imports", "mkdocs build", "pytest")]
     assert order == sorted(order)
     assert "/site/" in (ROOT / ".gitignore").read_text().splitlines()
+
+
+# ------------------------------------------------------------------ Python shown in the docs
+def python_blocks() -> list[tuple[str, str]]:
+    return [(f"{path.relative_to(ROOT)}:{start}", "\n".join(lines))
+            for path in [README, *pages()] for start, lang, lines in code_blocks(path) if lang == "python"]
+
+
+def test_every_python_block_compiles_and_names_what_insandbox_has():
+    """Blocks run as written in a notebook or an async function (top-level await allowed); every name
+    they import from insandbox, and every `insandbox.NAME` they use, exists."""
+    import ast
+    import importlib
+
+    import insandbox
+
+    blocks = python_blocks()
+    assert len(blocks) >= 4
+    checked = 0
+    for where, code in blocks:
+        tree = compile(code, where, "exec", flags=ast.PyCF_ONLY_AST | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "insandbox":
+                module = importlib.import_module(node.module)
+                for alias in node.names:
+                    assert hasattr(module, alias.name), f"{where}: {node.module} has no {alias.name}"
+                    checked += 1
+            elif (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                  and node.value.id == "insandbox"):
+                assert node.attr in insandbox.__all__, f"{where}: insandbox has no {node.attr}"
+                checked += 1
+    assert checked >= 8
