@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/bench_rl_train.py [--out DIR] [--max-steps N] [--data TASKS.jsonl]
 
-Runs the README's command, `insandbox rl train --preset smoke --out DIR`, as a child process and
+Runs the manual's command (docs/rl/smoke.md), `insandbox rl train --preset smoke --out DIR`, as a child process and
 samples the resident memory of its process tree (the trainer, the reward workers, pip or docker
 CLIs it starts; the sandboxes' containers live under the Docker daemon and are not counted) every
 0.2 s. Then reads what the run wrote: OUT/summary.json (load, rollouts, train, save) and

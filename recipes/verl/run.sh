@@ -39,7 +39,7 @@ case $cmd in
     docker info >/dev/null 2>&1 || die "no Docker engine here: every node runs its rollouts' sandboxes"
     insandbox image status >/dev/null 2>&1 || insandbox image build
     "$PYTHON" -c "import verl, vllm, insandbox.rl.trainers.verl_agent_loop" \
-      || die "install: pip install -e '.[rl,verl]' 'verl[vllm]==0.9.1' (see README.md)"
+      || die "install: pip install -e '.[rl,verl]' 'verl[vllm]==0.9.1' (see docs/rl/verl.md)"
     echo "ready: Docker, the sandbox image, verl and the insandbox agent loop"
     ;;
   data)

@@ -378,9 +378,9 @@ def sections(data: dict, runs_always: bool = False) -> list[Section]:
     if has_cost(data):
         out.append(Section("Cost", [
             "USD, from each call's tokens at the price shown (a price table of list prices, with the user's "
-            "own files over it: README, Cost). In all: every sample, infrastructure errors and their retries "
-            "included; per sample: the samples without an infrastructure error; per correct answer: in all "
-            "divided by the score summed. A model without a price is \"unknown\", never $0.",
+            "own files over it: docs/guide/cost.md ('Cost')). In all: every sample, infrastructure errors and "
+            "their retries included; per sample: the samples without an infrastructure error; per correct "
+            "answer: in all divided by the score summed. A model without a price is \"unknown\", never $0.",
             Table(COST_HEADER, cost_rows(data))], "cost"))
     out.append(Section("Time", [
         Table(["run", "task", "mode", "samples", "model time", "tool time", "wall / sample", "samples / min"],

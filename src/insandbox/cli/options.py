@@ -109,7 +109,7 @@ _declare("api_key", Optional[str], None, "API key [env INSANDBOX_API_KEY, then O
 _declare("gguf", Optional[Path], None, "Serve this local GGUF model (the default with no model configured: the "
          "embedded SmolLM2-135M).", M)
 _declare("prices", Optional[Path], None, "YAML of prices per model laid over the packaged table [env "
-         "INSANDBOX_PRICES; see the README, 'Cost'].", M)
+         "INSANDBOX_PRICES; see docs/guide/cost.md ('Cost')].", M)
 _declare("provider", Optional[str], None, "The API: openai (chat completions: vLLM, SGLang, llama.cpp, Ollama, OpenAI) "
          "or anthropic (Messages API) [default: anthropic for a model named anthropic/..., else openai].", M,
          read=_one_of("--provider", "openai", "anthropic"))
@@ -147,8 +147,8 @@ _declare("max_tool_calls_per_reply", int, defaults.MAX_TOOL_CALLS_PER_REPLY, "To
 _declare("prompt_config", Optional[Path], None, "YAML with system_prompt and instance_prompt (bench: overrides the "
          "task's keys it sets).", T)
 _declare("backend", str, defaults.BACKEND, "Sandbox backend: docker (a Docker engine, or Podman's through "
-         "DOCKER_HOST) or bwrap (no engine and no root; see the README, 'Without Docker'), or one registered "
-         "with insandbox.sandbox.register_backend.", S)
+         "DOCKER_HOST) or bwrap (no engine and no root; see docs/backends/bwrap.md ('Without Docker: bubblewrap')), "
+         "or one registered with insandbox.sandbox.register_backend.", S)
 _declare("image", str, defaults.IMAGE, "Sandbox image (built on first use if it is insandbox:*).", S)
 _declare("timeout_per_command", float, defaults.COMMAND_TIMEOUT_S, "Seconds before a command is killed with "
          "everything it started.", S)
@@ -159,8 +159,8 @@ _declare("cpus", float, defaults.CPUS, "Sandbox CPU limit (0: no limit).", S, re
 _declare("pids_limit", int, defaults.PIDS, "Sandbox process limit (0: no limit).", S, read=_zero_is_none)
 _declare("network", str, defaults.NETWORK, "Sandbox network: bridge (full egress), none, registries (PyPI and Debian "
          "only, through a proxy), host (warned), or an existing Docker network.", S)
-_declare("disk", str, defaults.DISK, "What a sandbox may write to its disk, e.g. 10g ('none': no limit; see the "
-         "README, 'Security and reliability').", S, read=_limit_text)
+_declare("disk", str, defaults.DISK, "What a sandbox may write to its disk, e.g. 10g ('none': no limit; see "
+         "docs/backends/docker.md ('The disk limit')).", S, read=_limit_text)
 _declare("runtime", Optional[str], None, "The engine's container runtime, e.g. runsc for gVisor (default: the "
          "engine's own).", S, read=_zero_is_none)
 _declare("cap_add", Optional[list[str]], None, "A capability the sandbox keeps beyond the few apt-get and pip need, "

@@ -52,7 +52,7 @@ def connect(address: str) -> bool:
     except (ConnectionError, RuntimeError, ValueError) as e:
         why = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise ConfigError(f"--ray {address}: cannot join a Ray cluster there ({why}); start one with "
-                          "`ray start --head` (see the README, 'Many machines (Ray)')") from None
+                          "`ray start --head` (see docs/backends/ray.md ('Many machines (Ray)'))") from None
     return True
 
 
@@ -67,7 +67,7 @@ def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
         socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
     except OSError as e:
         raise ConfigError(f"--ray {address}: no Ray cluster answers there ({e.strerror or e}); start one with "
-                          "`ray start --head` (see the README, 'Many machines (Ray)')") from None
+                          "`ray start --head` (see docs/backends/ray.md ('Many machines (Ray)'))") from None
 
 
 def disconnect() -> None:

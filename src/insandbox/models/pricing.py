@@ -152,7 +152,7 @@ def read_price_file(path: Path) -> PriceFile:
     if data is None:
         return PriceFile()
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: a price file is a mapping with a `prices:` key (see README, Cost)")
+        raise ConfigError(f"{path}: a price file is a mapping with a `prices:` key (see docs/guide/cost.md ('Cost'))")
     try:
         return PriceFile.model_validate(data)
     except ValidationError as e:

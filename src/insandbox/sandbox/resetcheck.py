@@ -14,7 +14,8 @@ code; what decides is what this machine reads itself (hostview.py):
 - /dev and the emptied in-memory folders: every entry's type, mode and owner as at the start, the
   access and modification times put back from here (a sample could leave a message in them), the
   emptied folders empty. Their change times cannot be put back: they show whether an earlier
-  sample touched an entry (the README's isolation table lists it).
+  sample touched an entry (the isolation table of docs/security/index.md ('Who vouches for each
+  guarantee') lists it).
 
 Anything that cannot be read, or differs, is a `ResetRefused`: the caller removes the sandbox.
 """

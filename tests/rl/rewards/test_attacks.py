@@ -1,7 +1,7 @@
 """Issue 22, the rewards tried as a model under training would game them: for every reward mode, an
 attack (hedging, breaking the sandbox) never scores above an honest wrong answer; correct answers in
 other scripts' digits, full-width letters or with invisible characters score 1; and the numbers the
-README's reward table gives, checked here."""
+manual's reward table (docs/rl/rewards.md) gives, checked here."""
 from __future__ import annotations
 
 import pytest
@@ -147,7 +147,7 @@ def test_the_broken_sandbox_penalty_can_be_harsher_never_milder():
     assert engine.value == 1.0 and engine.detail["exit_failure"] is True
 
 
-# the README's reward table, mode by mode (MULTI: 2 right of 5 options)
+# the manual's reward table (docs/rl/rewards.md), mode by mode (MULTI: 2 right of 5 options)
 @pytest.mark.parametrize("row, answer, strict, f1, paper", [
     (MULTI, "A, C", 1.0, 1.0, 1.0),
     (MULTI, "A", 0.0, 2 / 3, 2 / 3),  # an honest partial answer

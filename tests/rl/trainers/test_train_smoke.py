@@ -1,4 +1,4 @@
-"""The CPU smoke training end to end, as the README runs it: tasks built by `insandbox rl build-data`
+"""The CPU smoke training end to end, as the manual runs it (docs/rl/smoke.md): tasks built by `insandbox rl build-data`
 from the staged public sources, the smoke preset (SmolLM2-135M from the embedded GGUF), real
 sandboxes, real TRL GRPO steps. It must end with a finite loss, weights
 changed by the policy gradient (a group with reward spread; no weight decay), the environment's
@@ -140,8 +140,8 @@ def test_the_checkpoint_and_the_records_are_usable(run):
 
 
 def test_before_and_after_side_by_side_with_insandbox_bench(run, tmp_path):
-    """The README's evaluation: the checkpoint exported to GGUF, the base and the trained model benched
-    on held-out tasks with the training rewards as the scorer, and one report over both runs."""
+    """The manual's evaluation (docs/rl/export-evaluate.md): the checkpoint exported to GGUF, the base and the
+    trained model benched on held-out tasks with the training rewards as the scorer, and one report over both runs."""
     from tests.helpers import REPO
 
     trained = tmp_path / "trained.gguf"

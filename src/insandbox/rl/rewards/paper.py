@@ -17,7 +17,7 @@ answer file, stripped). Written here from its semantics, not copied. Case by cas
   reference (rouge-score, stemmed; its tokenizer keeps only ASCII letters and digits, so text in
   other scripts scores 0, as in the official code).
 
-Where it deviates (README, Rewards; tests/rl/rewards/test_paper.py has a test for each):
+Where it deviates (docs/rl/rewards.md ('Scoring `paper`'); tests/rl/rewards/test_paper.py has a test for each):
 1. the single letter is read by our strict reader (single_choice.py), which refuses a reply naming
    several letters or states none: the official reader falls back to the last lone capital letter,
    so "A B C" reads "C" there, "A, B" pays for gold B and "I think it is C" for C;

@@ -13,7 +13,7 @@ prefix cache, policy_sampler.py), and returns per rollout:
                       all 0 for a masked rollout, and for a truncated one when grpo.mask_truncated is on
     logprobs          the sampler's log-probabilities (None at environment tokens): TRL carries them as
                       sampling_per_token_logps but, as configured here, computes the loss from its own
-                      (see the README: which logprobs are used)
+                      (see docs/rl/train.md: which log-probabilities are used)
     rollout_reward    the record's reward, read by the reward function TRL calls next
     rollout_scored    False for a masked rollout (record.masked: an infrastructure failure, a time
                       limit): the reward function gives TRL None, so it has no advantage and no

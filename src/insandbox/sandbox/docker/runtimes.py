@@ -63,7 +63,7 @@ def resolve(api, name: Optional[str]) -> tuple[Optional[str], bool]:
                          "registers it")
     if name not in known:
         raise SetupError(f"--runtime {name!r}: the Docker engine has no such runtime (it has: "
-                         f"{', '.join(sorted(known))}); see the README, 'Security and reliability'")
+                         f"{', '.join(sorted(known))}); see docs/backends/index.md ('Where sandboxes run')")
     return name, is_gvisor_program(known[name])
 
 
