@@ -49,7 +49,7 @@ class ModelReply:
     ends_episode: Optional[tuple[ExitReason, str]] = None
 
 
-class ContextFull(Exception):
+class ContextFull(ContextLengthError):
     """Raised by a client instead of sending a request: the conversation no longer fits (a token-level
     client whose next turn would start past its budget). The episode ends as context_length with the
     message as its detail; no request was made, so none is recorded as failed."""
