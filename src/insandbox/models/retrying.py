@@ -403,6 +403,7 @@ class SDKClient:
     base_url: Optional[str] = None
     api_key: Optional[str] = None
     extra_body: Optional[dict] = None
+    server: None = None  # a remote endpoint: no local server started (models/base.py, ConfiguredClient)
 
     def _sdk(self) -> Any:
         raise NotImplementedError
