@@ -21,6 +21,9 @@ _EXPORTS = {
     "OpenAIChatClient": "insandbox.models", "ModelClient": "insandbox.models",
     "ScriptedServer": "insandbox.models.scripted_server", "ToolCall": "insandbox.tools",
     "load_prompt_config": "insandbox.prompts", "PromptConfig": "insandbox.prompts",
+    # the error tree (core/errors.py): catch InsandboxError for all of them, or one branch
+    "InsandboxError": "insandbox.core.errors", "DataError": "insandbox.core.errors",
+    "SandboxError": "insandbox.core.errors", "ModelError": "insandbox.core.errors",
 }
 
 

@@ -295,7 +295,7 @@ class SandboxEnv:
             await snap.remove()
             raise
         branch_config = copy.copy(config or self.config)
-        if getattr(branch_config, "pool", None) is not None:
+        if branch_config.pool is not None:
             branch_config.pool = None  # a snapshot's copy is no fresh sandbox: it never goes back to a pool
         branches = []
         for sandbox in sandboxes:

@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable
 from typing import Optional, TypeVar
 
 from ..core.episode import Episode, ExitReason, Limits
+from ..core.errors import InternalSignal
 from ..core.trajectory import FailedRequest, StepRecord, ToolCallRecord, Trajectory
 from ..models.base import ContextFull, ModelClient, ModelError, ModelReply
 from ..prompts import PromptConfig
@@ -34,7 +35,7 @@ T = TypeVar("T")
 NO_CALLS_HINT_AFTER = 3  # replies in a row without a tool call before the hint
 
 
-class TimeUp(Exception):
+class TimeUp(InternalSignal):
     """The episode's time limit passed while waiting."""
 
 

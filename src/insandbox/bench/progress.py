@@ -16,6 +16,7 @@ from ..core.text import shown
 from ..models.pricing import usd
 from . import degraded
 from .eta import SessionEta, format_eta
+from .runner import BenchProgress
 
 # redraws of the bar a second (rich's default is 10): each one renders the whole bar, ~1 ms of CPU
 # taken from the runner's thread (the GIL); a sample's end redraws nothing by itself
@@ -31,7 +32,7 @@ class EtaColumn(ProgressColumn):
         return Text(format_eta(self.eta.estimate(time.monotonic())), style="progress.remaining")
 
 
-class RichBenchProgress:
+class RichBenchProgress(BenchProgress):
     def __init__(self, console: Optional[Console] = None, label: str = ""):
         self.console = console or Console(highlight=False)
         self.label = label

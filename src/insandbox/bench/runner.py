@@ -31,7 +31,7 @@ from ..models.openai_compat import OpenAIChatClient
 from ..models.pricing import PriceTable, load_prices
 from ..prompts import PromptConfig, load_prompt_overrides
 from ..runs import layout
-from ..runs.session import PoolSettings, Session, settings
+from ..runs.session import PoolSettings, Session, SessionObserver, settings
 from . import degraded, stats
 from .data import Row, load_rows
 from .sample import (
@@ -89,33 +89,21 @@ class BenchConfig(BaseModel):
         return data
 
 
-class BenchProgress(Protocol):
-    def on_status(self, text: str) -> None: ...
-
-    def on_progress(self, text: str) -> None: ...  # transient lines, e.g. of a first-use image build
-
-    def on_start(self, total: int, already_done: int, run_dir: Path, concurrency: int) -> None: ...
-
-    def on_sample_start(self, row_id: str, mode: str, repeat: int) -> None: ...  # it got a slot and runs now
-
-    def on_sample(self, record: dict) -> None: ...
-
-
-class _Quiet:
-    def on_status(self, text: str) -> None:
-        pass
-
-    def on_progress(self, text: str) -> None:
-        pass
+class BenchProgress(SessionObserver):
+    """What a benchmark tells whoever shows its progress (it is also its session's observer: status
+    lines, image build lines). Each hook does nothing here: a display overrides the ones it shows."""
 
     def on_start(self, total: int, already_done: int, run_dir: Path, concurrency: int) -> None:
-        pass
+        """The run folder is ready and the samples start."""
 
     def on_sample_start(self, row_id: str, mode: str, repeat: int) -> None:
-        pass
+        """A sample got a slot and runs now."""
 
     def on_sample(self, record: dict) -> None:
-        pass
+        """A sample ended (its results.jsonl record)."""
+
+    def close(self) -> None:
+        """The benchmark is over (or stopped): let go of the display."""
 
 
 @dataclass
@@ -157,7 +145,7 @@ async def open_sample_runner(cfg: BenchConfig, task: TaskSpec, prompts: PromptCo
     """A SampleRunner for `cfg`'s samples, its Session open (the sandbox backend and a pool when `sandbox`;
     `prestart=False` where the demand is not known, a Ray node: sandboxes start only when a sample asks),
     with its scorer (and judge). `run_dir` is where the samples' folders go."""
-    progress = progress or _Quiet()
+    progress = progress or BenchProgress()
     session = Session(settings(cfg.run, {"max_steps": max_steps}), progress, prompts=prompts, prices=prices)
     c = cfg.concurrency
     pool = PoolSettings(size=cfg.pool_size or c + min(c, 8), recycle=cfg.recycle, max_uses=cfg.max_uses,
@@ -198,7 +186,7 @@ class BenchRun:
     def __init__(self, cfg: BenchConfig, run_dir: Optional[Path] = None, progress: Optional[BenchProgress] = None,
                  executor: Optional[SampleExecutor] = None):
         self.cfg = cfg
-        self.progress = progress or _Quiet()
+        self.progress = progress or BenchProgress()
         self.executor = executor  # None: samples run here
         self.task: TaskSpec = load_task(cfg.task)
         self.prompts: PromptConfig = self.task.prompts()
@@ -224,7 +212,7 @@ class BenchRun:
     def model(self) -> Optional[str]:
         """The model's name, as its client has it (the one the server listed when none was given)."""
         client = self.samples.session.client if self.samples else None
-        return getattr(client, "name", None) or self.cfg.run.model
+        return (client.name if client is not None else None) or self.cfg.run.model
 
     # ------------------------------------------------------------------ set-up
     def _save_config(self, rows: list[Row]) -> None:

@@ -33,6 +33,7 @@ from typing import Optional
 from ..analysis.accounting import token_breakdown
 from ..config import ConfigError
 from ..core.episode import ExitReason
+from ..core.errors import InsandboxError
 from ..core.trajectory import Trajectory, now_iso
 from ..models.base import ModelClient
 from ..runs import layout
@@ -46,8 +47,8 @@ MAX_OUTAGE_RETRIES = 3  # attempts of one sample cut off by engine outages that 
 HOST_WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO)
 
 
-class BenchAborted(RuntimeError):
-    pass
+class BenchAborted(InsandboxError, RuntimeError):
+    """The benchmark cannot go on (the engine gone past its wait, a run folder that takes nothing more)."""
 
 
 class EngineOutage(BenchAborted):

@@ -3,7 +3,8 @@
 Exit status: 0 the command did its work (a run that ended normally, whatever its exit
 reason); 1 the model server, the sandbox or insandbox failed, or what it needs is missing (no
 Docker engine, an optional extra not installed: one line on stderr that says so); 2 bad
-arguments (one line on stderr, nothing created); 128+N after signal N.
+arguments, settings or input data (one line on stderr, nothing created); 128+N after signal N. An
+error of insandbox's exits with its branch's status (core/errors.py, docs/reference/errors.md).
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import sys
 import typer
 
 from . import bench, clean, image, replay, rl, run, serve, view
-from .common import click_exceptions, command_of, missing_need
+from .common import click_exceptions, command_of, exit_code_of, missing_need
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Give a language model a computer: run it in a Docker sandbox with bash, an editor and submit.")
@@ -60,13 +61,14 @@ def main() -> None:
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     except Exception as e:
-        line = missing_need(e, command_of(sys.argv[1:]))
+        line, code = missing_need(e, command_of(sys.argv[1:])), 1
+        if line is None and exit_code_of(e) is not None:  # an error of insandbox's, said for a person
+            line, code = str(e), exit_code_of(e)
         if line is None:
             raise  # a bug: its traceback is what a report needs
         from .console import escape_controls
 
         typer.echo(f"insandbox: {escape_controls(line)}", err=True)
-        code = 1
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

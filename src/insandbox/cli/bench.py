@@ -100,16 +100,15 @@ def bench(
         fail(describe(e) if isinstance(e, ValidationError) else str(e))
     progress = RichBenchProgress(console, label=(Path(task).stem if task else "resume"))
     if quiet:
-        from ..bench.runner import _Quiet
-        progress = _Quiet()
+        from ..bench.runner import BenchProgress
+        progress = BenchProgress()
     try:
         result = finish(lambda: run_bench(cfg, progress, resume=resume,
                                           concurrency=concurrency if resume else None, ray=ray,
                                           processes=processes),
                         bad=(DataError, ValueError, FileNotFoundError), failed=(BenchAborted,))
     finally:
-        if hasattr(progress, "close"):
-            progress.close()
+        progress.close()
     out, report = write_report([result.run_dir], plots=False)
     for table in rich_tables(report):
         console.print(table)

@@ -10,9 +10,11 @@ from typing import Any, Optional
 
 import typer
 
+from ..core.errors import ConfigError, InsandboxError
 
-class BadArgument(Exception):
-    """Exit 2 with this one line."""
+
+class BadArgument(ConfigError):
+    """An argument typer cannot check: exit 2 with this one line."""
 
 
 def fail(message: str, code: int = 2) -> None:
@@ -55,20 +57,30 @@ def run_until_done(make: Callable[[], Any]) -> tuple[Any, Optional[int]]:
 
 def finish(make: Callable[[], Any], bad: tuple[type[BaseException], ...] = (),
            failed: tuple[type[BaseException], ...] = ()) -> Any:
-    """Run a command's coroutine to its end (`run_until_done`): its ConfigError and `bad` exceptions
-    exit 2, SandboxError and `failed` ones exit 1, a signal 128+N; else its result."""
-    from ..config import ConfigError
-    from ..sandbox import SandboxError
-
+    """Run a command's coroutine to its end (`run_until_done`): an error of insandbox's exits with its
+    branch's status (ConfigError, DataError 2; SandboxError, ModelError... 1), `bad` exceptions 2 and
+    `failed` ones 1, a signal 128+N; else its result."""
     try:
         result, sig = run_until_done(make)
-    except (ConfigError, *bad) as e:
-        fail(str(e))
-    except (SandboxError, *failed) as e:
-        fail(str(e), 1)
+    except Exception as e:
+        code = exit_code_of(e, bad, failed)
+        if code is None:
+            raise  # a bug: its traceback is what a report needs
+        fail(str(e), code)
     if sig is not None:
         raise typer.Exit(128 + sig)
     return result
+
+
+def exit_code_of(e: BaseException, bad: tuple[type[BaseException], ...] = (),
+                 failed: tuple[type[BaseException], ...] = ()) -> Optional[int]:
+    """The exit status of a command that ended on `e`: 2 for `bad` exceptions, 1 for `failed` ones, the
+    branch's own for an error of insandbox's (core/errors.py); None for anything else (a bug)."""
+    if isinstance(e, bad):
+        return 2
+    if isinstance(e, failed):
+        return 1
+    return e.exit_code if isinstance(e, InsandboxError) else None
 
 
 def click_exceptions():

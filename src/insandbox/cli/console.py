@@ -17,7 +17,7 @@ from ..core.episode import ExitReason
 from ..core.text import PREVIEW_LINES, _clip_lines, describe_call, escape_controls, shown  # noqa: F401
 from ..core.trajectory import StepRecord, Trajectory
 from ..models.pricing import usd
-from ..runs.session import RunResult
+from ..runs.session import RunObserver, RunResult
 
 
 def reason_style(reason: Optional[ExitReason]) -> str:
@@ -59,7 +59,7 @@ def _never_raises(method):
     return guarded
 
 
-class RichView:
+class RichView(RunObserver):
     def __init__(self, console: Optional[Console] = None, show_steps: bool = True, max_steps: Optional[int] = None):
         self.console = console or make_console()
         self.show_steps = show_steps

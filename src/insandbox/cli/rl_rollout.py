@@ -5,18 +5,20 @@
 
 Writes OUT/rollouts.jsonl (RolloutRecord per line, written as each finishes) and OUT/summary.json
 (reward per group, exit reasons, rollouts per minute, sandbox share of rollout time, and the
-decode check of every record).
+decode check of every record): Rollouts.run_all, rl/rollout/output.py.
 """
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
 from ..core import defaults
+
+if TYPE_CHECKING:
+    from ..rl.rollout.output import RolloutsResult
 
 
 def rollout(
@@ -84,13 +86,15 @@ def rollout(
                                                       ray=ray))
     if sig is not None:
         raise typer.Exit(128 + sig)
-    typer.echo(json.dumps(result["summary"], indent=1))
+    typer.echo(json.dumps(result.summary, indent=1))
 
 
 async def run_rollouts(rows: list[dict], out: Path, config, reward, n: int, concurrency: int,
-                       model: Optional[str], gguf: Optional[Path], seed: int, ray: Optional[str] = None) -> dict:
-    """With `ray` (a cluster address or "auto"), the sandboxes run on the cluster's nodes and the
-    policy in one actor on this machine's node (distributed/rollouts.py)."""
+                       model: Optional[str], gguf: Optional[Path], seed: int,
+                       ray: Optional[str] = None) -> RolloutsResult:
+    """The policy loaded, then Rollouts.run_all (rl/rollout/output.py writes the folder). With `ray` (a
+    cluster address or "auto"), the sandboxes run on the cluster's nodes and the policy in one actor on
+    this machine's node (distributed/rollouts.py)."""
     from functools import partial
 
     from ..config import RunConfig
@@ -102,10 +106,7 @@ async def run_rollouts(rows: list[dict], out: Path, config, reward, n: int, conc
         await prepare_sandbox(RunConfig(image=config.image, backend=config.backend, network=config.network,
                                         runtime=config.runtime, build_image=True))
         tokenizer, generate = load_policy(model=model, gguf=gguf, seed=seed)
-        rollouts = Rollouts(tokenizer, config, reward)
-        return await _write_rollouts(
-            out, rollouts.chat, lambda write: rollouts.run_groups(rows, generate, n=n, concurrency=concurrency,
-                                                                  on_record=write))
+        return await Rollouts(tokenizer, config, reward).run_all(rows, generate, out, n=n, concurrency=concurrency)
     from ..distributed.cluster import connect, disconnect
     from ..distributed.rollouts import RayRollouts
 
@@ -113,38 +114,9 @@ async def run_rollouts(rows: list[dict], out: Path, config, reward, n: int, conc
     remote = None
     try:
         remote = RayRollouts(partial(load_policy, model=model, gguf=gguf, seed=seed), config, reward, concurrency)
-        chat = Rollouts(remote.tokenizer, config, reward).chat  # for the decode check, here
-        result = await _write_rollouts(out, chat, lambda write: remote.run_groups(rows, n, on_record=write),
-                                       extra={"ray": remote.summary})
+        return await remote.run_all(rows, out, n)
     finally:
         if remote is not None:
             await remote.close()
         if connected:
             disconnect()
-    return result
-
-
-async def _write_rollouts(out: Path, chat, run, extra: Optional[dict] = None) -> dict:
-    """Run `run(write)`, writing each record as it comes; then the summary."""
-    from ..rl.rollout.check import check_record
-    from ..rl.rollout.summary import summarize
-
-    out.mkdir(parents=True, exist_ok=True)
-    problems: dict[str, list[str]] = {}
-    with open(out / "rollouts.jsonl", "w", encoding="utf-8") as f:
-        def write(record) -> None:
-            found = check_record(record, chat)
-            if found:
-                problems[record.id] = found
-            f.write(record.model_dump_json() + "\n")
-            f.flush()
-
-        t0 = time.perf_counter()
-        records = await run(write)
-        wall = time.perf_counter() - t0
-    summary = summarize(records, wall)
-    summary["decode_check"] = {"records": len(records), "mismatches": len(problems), "problems": problems}
-    for key, describe in (extra or {}).items():
-        summary[key] = describe()
-    (out / "summary.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
-    return {"records": records, "summary": summary}

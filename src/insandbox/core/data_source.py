@@ -21,13 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+from .errors import DataError  # noqa: F401 (rows that cannot be loaded; imported from here too)
+
 HUB_PREFIX = "hf:"
 DATASET_FILES = ("dataset_info.json", "state.json")  # Dataset.save_to_disk
 DATASET_DICT_FILE = "dataset_dict.json"  # DatasetDict.save_to_disk
-
-
-class DataError(ValueError):
-    """Rows could not be loaded; the message (one line) says why and what to do."""
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import importlib.util
 from typing import Optional
 
+from .errors import InsandboxError
+
 # top-level module -> the extras that install it, the likeliest first
 EXTRA_OF: dict[str, tuple[str, ...]] = {
     "scipy": ("bench",), "matplotlib": ("bench",), "rouge_score": ("bench",), "if_verifiable": ("bench",),
@@ -24,7 +26,7 @@ NOTES = {"torch": " (install the torch build for your hardware first)",
          "if_verifiable": " (if-verifiable needs Python 3.11 or later)"}
 
 
-class MissingExtra(ModuleNotFoundError):
+class MissingExtra(InsandboxError, ModuleNotFoundError):
     """A module of an optional extra is not installed; the message says which extra to install."""
 
 

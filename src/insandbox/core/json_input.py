@@ -14,10 +14,12 @@ from typing import Any, Union
 
 import pydantic_core
 
+from .errors import DataError
+
 MAX_DEPTH = 200  # about jiter's own limit (201 lists, 200 objects); deepcopy and pydantic manage this deep
 
 
-class BadJSON(ValueError):
+class BadJSON(DataError):
     """Not JSON this reader takes; the message is one line."""
 
 

@@ -14,11 +14,13 @@ import json
 import math
 from typing import Any
 
+from .errors import ToolError
+
 MAX_DEPTH = 64  # arrays and objects inside one another; a real tool call needs 2 or 3
 MAX_DIGITS = 1000  # of an integer (Python refuses to convert more than 4,300, with advice meant for programmers)
 
 
-class ModelJSONError(ValueError):
+class ModelJSONError(ToolError, ValueError):
     """The text is not JSON insandbox can use; the message says why, for the model to read."""
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from ..config import ConfigError
+from ..core.errors import InsandboxError
 
 SANDBOX_RESOURCE = "insandbox"
 MAX_LOST_PER_CALL = 3  # nodes one call may lose before the run stops: something larger is wrong
@@ -28,7 +29,7 @@ REFRESH_S = 30.0
 LOST_NODE_QUIET_S = 60.0  # Ray may list a dead node as alive until its heartbeats are missed: no new worker there
 
 
-class NoNodesLeft(RuntimeError):
+class NoNodesLeft(InsandboxError, RuntimeError):
     """No node of the cluster can take the work."""
 
 

@@ -32,6 +32,7 @@ from ..bench.data import Row
 from ..bench.runner import BenchAborted, BenchConfig, BenchRun
 from ..bench.sample import SampleRecord
 from ..config import ConfigError
+from ..core.errors import InsandboxError
 from ..core.hostfiles import no_link_on_the_way
 from ..runs import layout
 from ..sandbox.pool import PoolStats
@@ -103,8 +104,8 @@ class Worker:
         return await future
 
 
-class WorkerDied(RuntimeError):
-    pass
+class WorkerDied(InsandboxError, RuntimeError):
+    """A worker process ended while it ran samples."""
 
 
 class ProcessBenchExecutor:

@@ -12,10 +12,12 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Optional
 
 from ..config import RunConfig
 from ..rl.rewards import RewardConfig
+from ..rl.rollout.output import RolloutsResult, write_rollouts
 from ..rl.rollout.runner import RolloutConfig, Rollouts
 from ..rl.rollout.types import GenerateFn, RolloutRecord, Sampled, SamplingParams
 from .cluster import NodePool, NoNodesLeft, ray_module
@@ -91,6 +93,7 @@ class RayRollouts:
         self.pool = NodePool(RolloutNode, (self.tokenizer, config, reward, self.policy),
                              max_concurrency=concurrency + 1)
         self.concurrency = concurrency
+        self.config, self.reward = config, reward
         self.nodes_used: Counter[str] = Counter()
         self.moved = 0  # rollouts run again after their node was lost
 
@@ -117,6 +120,13 @@ class RayRollouts:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             raise
+
+    async def run_all(self, rows: list[dict], folder: Path, n: int = 1) -> RolloutsResult:
+        """run_groups, written to `folder` as Rollouts.run_all writes it (rl/rollout/output.py), the
+        decode check done here, and this cluster's figures in the summary under "ray"."""
+        chat = Rollouts(self.tokenizer, self.config, self.reward).chat
+        return await write_rollouts(folder, chat, lambda write: self.run_groups(rows, n, on_record=write),
+                                    extra={"ray": self.summary})
 
     def summary(self) -> dict:
         return {"nodes": len(self.pool.nodes), "rollouts_per_node": dict(self.nodes_used),

@@ -33,9 +33,9 @@ from typing import Any, Optional
 
 from ..core import defaults, model_json
 from ..tools.base import ToolCall
-from .base import ContextLengthError, ModelError, ModelReply, Usage, refuse_cut_calls
+from .base import ContextLengthError, DeltaHook, ModelError, ModelReply, Usage, refuse_cut_calls
 from .http_transport import sdk_http_client, sdk_post, sdk_stream_client
-from .openai_compat import CONTEXT_ERROR, STALL_TIMEOUT_S, DeltaHook
+from .openai_compat import CONTEXT_ERROR, STALL_TIMEOUT_S
 from .retrying import (
     BACKOFF_S,
     MAX_RETRY_AFTER_S,

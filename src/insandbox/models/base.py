@@ -5,7 +5,9 @@ OpenAI-compatible server, or an RL trainer that generates tokens itself.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Optional, Protocol
 
 from ..core import model_json
@@ -49,7 +51,7 @@ class ModelReply:
     ends_episode: Optional[tuple[ExitReason, str]] = None
 
 
-class ContextFull(Exception):
+class ContextFull(ContextLengthError):
     """Raised by a client instead of sending a request: the conversation no longer fits (a token-level
     client whose next turn would start past its budget). The episode ends as context_length with the
     message as its detail; no request was made, so none is recorded as failed."""
@@ -98,9 +100,30 @@ def _complete_object(arguments: str) -> bool:
         return False
 
 
+DeltaHook = Callable[[str, str], None]  # a piece of a streamed reply: (kind: "content" | "reasoning", text)
+
+
 class ModelClient(Protocol):
     name: str
 
     async def complete(self, messages: list[dict], tools: Optional[list[dict]] = None) -> ModelReply: ...
 
     async def close(self) -> None: ...
+
+
+class LocalServer(Protocol):
+    """A model server process that a client started and stops with itself (the embedded model's)."""
+
+    gguf: Optional[Path]  # the model file it serves (None: the default one)
+
+    def info(self) -> dict: ...  # where it ran and when it was ready, for the trajectory
+
+
+class ConfiguredClient(ModelClient, Protocol):
+    """A client insandbox makes from the settings (runs/session.py, make_model_client). Besides a
+    ModelClient's members it declares what its user may wire, so nothing is found by probing:
+    `on_delta` receives each piece of a streamed reply as it comes (None: nobody shows them);
+    `server` is the local model server it started (None: a remote endpoint)."""
+
+    on_delta: Optional[DeltaHook]
+    server: Optional[LocalServer]

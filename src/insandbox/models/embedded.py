@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from .base import ModelError, ModelReply
+from .base import DeltaHook, ModelError, ModelReply
 from .openai_compat import OpenAIChatClient
 
 START_TIMEOUT_S = 180.0
@@ -106,13 +106,14 @@ class EmbeddedServer:
 
 
 class EmbeddedClient:
-    """A ModelClient for the embedded model: same HTTP path as any other server."""
+    """A ModelClient for the embedded model: same HTTP path as any other server (a ConfiguredClient whose
+    `server` is the one it started)."""
 
     def __init__(self, gguf: Optional[Path] = None, n_ctx: Optional[int] = None, **client_kwargs):
-        self.server = EmbeddedServer(gguf, n_ctx)
+        self.server: EmbeddedServer = EmbeddedServer(gguf, n_ctx)
         self.client_kwargs = client_kwargs
         self.inner: Optional[OpenAIChatClient] = None
-        self.on_delta = None  # handed to the inner client (streaming)
+        self.on_delta: Optional[DeltaHook] = None  # handed to the inner client (streaming)
         self.name = Path(gguf).stem if gguf else "SmolLM2-135M-Instruct.Q4_1"
         self.server.start()
 

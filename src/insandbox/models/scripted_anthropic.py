@@ -25,12 +25,14 @@ import uuid
 from collections.abc import Iterator
 from typing import Any, Optional
 
+from ..core.errors import InternalSignal
+
 SIGNING_KEY = b"insandbox-scripted"
 LOOKBACK_BLOCKS = 20  # how far before a breakpoint the API looks for a cached prefix
 MAX_BREAKPOINTS = 4
 
 
-class InvalidRequest(ValueError):
+class InvalidRequest(InternalSignal, ValueError):
     """What the real API would answer 400 invalid_request_error to."""
 
 

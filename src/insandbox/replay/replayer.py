@@ -29,6 +29,7 @@ from typing import Optional
 
 from ..agent.env import SandboxEnv, Task
 from ..config import ConfigError, RunConfig, validated
+from ..core.errors import DataError
 from ..core.trajectory import Trajectory
 from ..prompts import PromptConfig, load_prompt_config
 from ..runs import layout
@@ -45,7 +46,7 @@ DIFF_MAX_CHARS = 4000
 SANDBOX_DIRS = ("working_dir", "input_dir", "output_dir")
 
 
-class ReplayError(ValueError):
+class ReplayError(DataError):
     """The run folder cannot be replayed (no trajectory, a plain-mode run, inputs gone); the message says why."""
 
 

@@ -20,12 +20,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Union
 
+from ..core.errors import DataError
 from ..sandbox.copyback import host_path
 from .layout import INPUTS as INPUTS_DIR  # in the run folder: the in-memory input files, as the sandbox got them
+
 INPUTS_MAX_BYTES = 2 * 1024 ** 3  # all of them together, as a replay reads them back
 
 
-class InputsMissing(ValueError):
+class InputsMissing(DataError):
     """The recorded run's input files cannot be found; the message says which and what to pass."""
 
 

@@ -18,6 +18,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from ..core.errors import DataError
+
 MIB = 1024 ** 2
 TRAJECTORY_MAX_BYTES = 512 * MIB
 INPUT_FILE_MAX_BYTES = 1024 * MIB
@@ -27,7 +29,7 @@ _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # NONBLOCK: opening a FIFO never waits
 
 
-class UnsafeRunFolder(ValueError):
+class UnsafeRunFolder(DataError):
     """Something in a run folder that insandbox will not follow, open or write through; one line."""
 
 

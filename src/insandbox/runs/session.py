@@ -20,7 +20,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Protocol, Union
+from typing import Any, Optional, Union
 
 from ..agent.env import EnvConfig, SandboxEnv, Task
 from ..agent.loop import run_episode, run_llm_once
@@ -31,7 +31,7 @@ from ..core.errors import SandboxBrokenByItself
 from ..core.redact import redact
 from ..core.trajectory import SkippedOutput, StepRecord, Trajectory, write_json
 from ..core.units import is_local
-from ..models.base import ModelClient
+from ..models.base import ConfiguredClient, ModelClient
 from ..models.openai_compat import OpenAIChatClient
 from ..models.pricing import Price, PriceTable, load_prices
 from ..prompts import PromptConfig, load_prompt_config
@@ -56,35 +56,31 @@ class RunResult:
         return self.trajectory.exit_reason
 
 
-class RunObserver(Protocol):
-    """What the console (or any UI) is told about a run."""
+class SessionObserver:
+    """What a session tells whoever shows it (the console, a benchmark's progress bar, any UI). Each hook
+    does nothing here: an observer subclasses this and overrides the ones it shows."""
 
-    def on_status(self, text: str) -> None: ...
-
-    def on_progress(self, text: str) -> None: ...
-
-    def on_start(self, traj: Trajectory, run_dir: Path) -> None: ...
-
-    def on_step(self, step: StepRecord, traj: Trajectory) -> None: ...
-
-    def on_end(self, result: RunResult) -> None: ...
-
-
-class _Quiet:
     def on_status(self, text: str) -> None:
-        pass
+        """A lasting line (e.g. 'building the image')."""
 
     def on_progress(self, text: str) -> None:
-        pass
+        """A transient line (e.g. the image build's current step)."""
+
+    def on_delta(self, kind: str, text: str) -> None:
+        """A piece of a streamed reply as it comes (kind "content" or "reasoning"); only with `stream` set."""
+
+
+class RunObserver(SessionObserver):
+    """What the console (or any UI) is told about a run, besides the session's lines."""
 
     def on_start(self, traj: Trajectory, run_dir: Path) -> None:
-        pass
+        """The run folder exists and the episode starts."""
 
     def on_step(self, step: StepRecord, traj: Trajectory) -> None:
-        pass
+        """A step ended (its reply, its tool calls' results)."""
 
     def on_end(self, result: RunResult) -> None:
-        pass
+        """The run folder is finished."""
 
 
 def new_run_id() -> str:
@@ -135,7 +131,7 @@ def _client_kwargs(cfg: RunConfig) -> dict:
     return cfg.client_kwargs()
 
 
-async def make_model_client(cfg: RunConfig) -> ModelClient:
+async def make_model_client(cfg: RunConfig) -> ConfiguredClient:
     """The configured endpoint, or the embedded local model when none is configured."""
     if cfg.api == "anthropic" and not cfg.model:
         raise ConfigError("--provider anthropic needs --model (e.g. --model claude-sonnet-4-5)")
@@ -167,16 +163,16 @@ async def make_model_client(cfg: RunConfig) -> ModelClient:
                             **_client_kwargs(cfg))
 
 
-def admission_of(cfg: RunConfig, observer: Optional[RunObserver] = None) -> Admission:
+def admission_of(cfg: RunConfig, observer: Optional[SessionObserver] = None) -> Admission:
     """This run's way through the process's admission gate: its own --max-sandboxes and status line."""
-    observer = observer or _Quiet()
+    observer = observer or SessionObserver()
     try:
         return Admission(cfg.max_sandboxes, observer.on_status)
     except ValueError as e:  # a bad INSANDBOX_ADMIT_* setting
         raise ConfigError(str(e)) from None
 
 
-async def prepare_sandbox(cfg: RunConfig, observer: Optional[RunObserver] = None) -> Admission:
+async def prepare_sandbox(cfg: RunConfig, observer: Optional[SessionObserver] = None) -> Admission:
     """Make sure sandboxes of these settings can start (image built on first use, network known)
     before any run folder exists: a bad setting is a ConfigError, a dead engine a SandboxError.
     Returns the admission the sandboxes of these settings start through."""
@@ -185,9 +181,9 @@ async def prepare_sandbox(cfg: RunConfig, observer: Optional[RunObserver] = None
     return admission
 
 
-async def prepare_backend(cfg: RunConfig, observer: Optional[RunObserver] = None) -> None:
+async def prepare_backend(cfg: RunConfig, observer: Optional[SessionObserver] = None) -> None:
     """The sandbox backend ready for these settings (prepare_sandbox, without the admission)."""
-    observer = observer or _Quiet()
+    observer = observer or SessionObserver()
     spec = cfg.sandbox_spec()
     try:
         await backend_class(cfg.backend).prepare(spec, observer.on_status, observer.on_progress)
@@ -291,16 +287,17 @@ class Session:
     price. `run` runs one task in a run folder it finishes whatever happens; `close` gives back what
     `open` made. A client given is used as it is and left open."""
 
-    def __init__(self, cfg: RunConfig, observer: Optional[RunObserver] = None, *,
+    def __init__(self, cfg: RunConfig, observer: Optional[SessionObserver] = None, *,
                  prompts: Optional[PromptConfig] = None, prices: Optional[PriceTable] = None,
                  client: Optional[ModelClient] = None):
         self.cfg = cfg  # checked settings (runs.session.settings), the same for every run
-        self.observer = observer or _Quiet()
+        self.observer = observer or SessionObserver()
         self.prompt_source = str(cfg.prompt_config or ("given by the caller" if prompts else "default"))
         self.prompts = prompts or prompts_of(cfg)
         self.prices = prices or load_prices(cfg.prices)  # before anything is created: a bad price file stops here
         self.client = client
         self.own_client = client is None
+        self.made_client: Optional[ConfiguredClient] = None  # the client made from the settings (own_client)
         self.price: Optional[Price] = None  # of the client's model, once open
         self._admission: Optional[Admission] = None
         self.pool: Optional[SandboxPool] = None  # kept after close: its figures go into a benchmark's summary
@@ -316,9 +313,10 @@ class Session:
             if pool is not None:
                 self.pool, self._pool_settings = self._make_pool(pool), pool
         if self.client is None:
-            self.client = await make_model_client(self.cfg)
-            if self.cfg.stream and hasattr(self.observer, "on_delta"):
-                self.client.on_delta = self.observer.on_delta  # tokens shown as they come
+            made = self.made_client = await make_model_client(self.cfg)
+            if self.cfg.stream:
+                made.on_delta = self.observer.on_delta  # tokens shown as they come
+            self.client = made
         self.price = price_of(self.prices, self.cfg, self.client.name)
         return self
 
@@ -367,7 +365,7 @@ class Session:
         if output_dir is not None:
             check_output_folder(Path(output_dir))
         cfg = self._settings_of_run(output_dir, mode)
-        observer = observer or _Quiet()
+        observer = observer or RunObserver()
         folder = self._new_folder(cfg, task)
         observer.on_start(folder.traj, folder.path)
         try:
@@ -392,8 +390,8 @@ class Session:
         path = Path(cfg.output_dir) if cfg.output_dir else layout.default_run_dir(cfg.runs_root, run_id)
         path.mkdir(parents=True, exist_ok=True)
         model_info = {"model": self.client.name}  # asked now: the embedded model names itself once it runs
-        if cfg.embedded and self.own_client:
-            model_info.update(base_url="embedded", gguf=str(getattr(self.client.server, "gguf", "")))
+        if self.made_client is not None and self.made_client.server is not None:  # the embedded model
+            model_info.update(base_url="embedded", gguf=str(self.made_client.server.gguf))
         traj = Trajectory(run_id=run_id, mode=cfg.mode, config={**cfg.public(), **model_info},
                           task=self._task_record(cfg, task, path))
         traj.set_price(self.price)
@@ -419,8 +417,8 @@ class Session:
 
     def _note_server(self, traj: Trajectory) -> None:
         """The embedded model's server (when this session started it): where it ran, when it was ready."""
-        if self.own_client and hasattr(self.client, "server"):
-            traj.config["embedded_server"] = self.client.server.info()
+        if self.made_client is not None and self.made_client.server is not None:
+            traj.config["embedded_server"] = self.made_client.server.info()
 
 
 async def arun(query: str, config: Optional[RunConfig] = None, *, observer: Optional[RunObserver] = None,
@@ -435,7 +433,7 @@ async def arun(query: str, config: Optional[RunConfig] = None, *, observer: Opti
         check_output_folder(Path(cfg.output_dir))
     await session.open(sandbox=cfg.mode == "sandbox")
     try:
-        return await session.run(task, observer=session.observer)
+        return await session.run(task, observer=observer)
     finally:
         await session.close()
 

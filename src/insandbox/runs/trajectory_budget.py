@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Union
 
+from ..core.errors import DataError
 from ..core.trajectory import Trajectory
 
 MIB = 1024 ** 2
@@ -49,7 +50,7 @@ print("ok")
 """
 
 
-class TrajectoryTooCostly(ValueError):
+class TrajectoryTooCostly(DataError):
     """trajectory.json would take more memory to load than its budget; one line."""
 
 

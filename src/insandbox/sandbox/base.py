@@ -28,14 +28,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
 from ..core import defaults
-from ..core.errors import SandboxBrokenByItself, SandboxError, SetupError  # noqa: F401 (the sandbox's failures)
+from ..core.errors import SandboxBrokenByItself, SandboxError, SetupError, ToolError  # noqa: F401 (the sandbox's failures)
 from ..core.units import parse_size
 
 if TYPE_CHECKING:
     from .admission import Admission
 
 
-class OperationError(Exception):
+class OperationError(ToolError):
     """One operation failed; the sandbox is fine. The message is written for the model."""
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..core.errors import InternalSignal
 from . import hostview
 from .guest.protocol import STATE_DIR
 
@@ -31,7 +32,7 @@ TREES = ("dev", *EMPTIED)
 DEV_SKIP = ("pts",)  # pseudo-terminals come and go (and devpts is a file system of its own anyway)
 
 
-class ResetRefused(Exception):
+class ResetRefused(InternalSignal):
     """What the host found left of the last sample; the sandbox must not serve another."""
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional, Protocol
 
+from ..core.errors import ToolError
 from ..sandbox.base import Sandbox
 
 
@@ -28,7 +29,7 @@ class ToolOutput:
     meta: dict = field(default_factory=dict)
 
 
-class ToolArgumentError(ValueError):
+class ToolArgumentError(ToolError, ValueError):
     """The model's arguments do not fit the tool; the message is shown to the model."""
 
 

@@ -14,6 +14,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.staticfiles import StaticFiles
 
+from ..core.errors import ConfigError
 from ..core.units import is_loopback_host as is_loopback
 from ..sandbox.copyback import human_size
 from .files import Listings, NotInside, language_of, shown, url_path, url_query
@@ -98,7 +99,7 @@ def make_app(root: Path, host: str = "127.0.0.1") -> Guard:
     return Guard(app, host)
 
 
-class CannotListen(OSError):
+class CannotListen(ConfigError, OSError):
     """The address cannot be listened on (the port is in use, the host is not this machine's)."""
 
 

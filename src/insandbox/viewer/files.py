@@ -12,6 +12,8 @@ from pathlib import Path, PurePosixPath
 from typing import Optional
 from urllib.parse import parse_qsl, quote_from_bytes, unquote_to_bytes
 
+from ..core.errors import InternalSignal
+
 PAGE = 200  # entries of a listing per page
 TEXT_LIMIT = 1024 * 1024  # bytes of a text file shown
 TABLE_ROWS = 500
@@ -34,7 +36,7 @@ LANGUAGES = {
 }
 
 
-class NotInside(Exception):
+class NotInside(InternalSignal):
     """The path leaves the run folder, goes through a symbolic link, or is not there: answered with 404."""
 
 
@@ -86,7 +88,7 @@ def shown(name: str) -> str:
     return _bytes(name).decode("utf-8", errors="replace")
 
 
-class BadPath(ValueError):
+class BadPath(InternalSignal, ValueError):
     """A URL path whose names cannot be names: one decodes to hold a "/" or a NUL."""
 
 

@@ -8,12 +8,14 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from ..core.errors import DataError
+
 NAMES = ["C", "C#", "D", "D#", "E", "F", "F#", "G", "G#", "A", "A#", "B"]
 DATA_BYTES = {0x80: 2, 0x90: 2, 0xA0: 2, 0xB0: 2, 0xC0: 1, 0xD0: 1, 0xE0: 2}
 
 
-class MidiError(ValueError):
-    pass
+class MidiError(DataError):
+    """Not a standard MIDI file this reader takes."""
 
 
 @dataclass

@@ -12,6 +12,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Optional
 
+from ..core.errors import DataError
 from ..core.json_input import parse_json
 from ..core.trajectory import SCHEMA_VERSION, Trajectory
 from ..runs.trajectory_budget import load_trajectory
@@ -48,7 +49,7 @@ def read_summary(path: Path) -> dict:
                                      "exit_detail", "totals")}
 
 
-class UnreadableTrajectory(Exception):
+class UnreadableTrajectory(DataError):
     """trajectory.json exists but is not one insandbox can read (cut short, edited, from a newer version)."""
 
 

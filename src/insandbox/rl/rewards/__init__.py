@@ -96,7 +96,7 @@ class _Plan:
 
 def _plan(row: Any, outcome: Outcome, config: Optional[RewardConfig]) -> _Plan:
     config = config or RewardConfig()
-    if hasattr(row, "model_dump"):  # a TaskRow
+    if isinstance(row, BaseModel):  # a TaskRow
         row = row.model_dump(mode="json")
     if not isinstance(row, dict):
         raise TypeError(f"a row is a dict (TaskRow.as_record()), got {type(row).__name__}")

@@ -33,12 +33,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from ...core.errors import InternalSignal
+
 _BOOT = ("import json, sys; sys.path[:] = json.loads(sys.argv[1]); "
          "from insandbox.rl.rewards.isolation import serve; serve(sys.argv[2])")
 _ORPHAN_CPU_MARGIN_S = 30  # CPU seconds past its timeout that a worker whose parent is gone may use
 
 
-class WorkerFailure(Exception):
+class WorkerFailure(InternalSignal):
     """No reply from a worker: timed out, died, or could not start."""
 
 

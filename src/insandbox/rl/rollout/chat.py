@@ -30,6 +30,8 @@ import json
 import re
 from typing import Any, Optional
 
+from ...core.errors import ConfigError
+
 MARKER = "\u2063insandbox-turn\u2063"  # invisible separator: text no model or template writes
 JOINER = "\u2060"  # WORD JOINER: breaks a special token's text without changing how it reads
 
@@ -45,7 +47,7 @@ You may write several blocks. Their results come back in <tool_response> blocks.
 {tools}"""
 
 
-class ChatTemplateError(ValueError):
+class ChatTemplateError(ConfigError):
     """The tokenizer's chat template cannot be used turn by turn (told why)."""
 
 

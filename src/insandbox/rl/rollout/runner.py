@@ -45,6 +45,7 @@ from ...sandbox import Skipped
 from ...sandbox.pool import SandboxPool
 from ..rewards import Outcome, RewardConfig, RewardResult, broken_sandbox_reward
 from .chat import ChatFormat
+from .output import RolloutsResult, write_rollouts
 from .token_client import TokenClient
 from .types import GenerateFn, RolloutRecord
 
@@ -128,6 +129,13 @@ class Rollouts:
             if own_pool:
                 pool, self.pool = self.pool, None
                 await pool.close()
+
+    async def run_all(self, rows: list[dict], generate: GenerateFn, folder: Path, n: int = 8,
+                      concurrency: int = 8) -> RolloutsResult:
+        """run_groups, written to `folder` as `insandbox rl rollout` writes it (output.py): rollouts.jsonl
+        record by record as each finishes, then summary.json with the decode check of every record."""
+        return await write_rollouts(folder, self.chat, lambda write: self.run_groups(
+            rows, generate, n=n, concurrency=concurrency, on_record=write))
 
     # ------------------------------------------------------------------ one
     async def run(self, row: dict, generate: GenerateFn, group: int = 0, sample: int = 0) -> RolloutRecord:

