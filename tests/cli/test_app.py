@@ -53,12 +53,15 @@ def test_bad_input_gets_a_clear_error(scripted, tmp_path):
     assert r.returncode == 2 and "no task" in r.stderr
 
 
-def test_model_server_down_exits_1_and_keeps_the_record(tmp_path, docker_image):
-    r = cli("run", "x", "--model", "m", "--base-url", "http://127.0.0.1:9/v1", "--max-retries", "0",
+def test_model_server_failing_exits_1_and_keeps_the_record(scripted, tmp_path, docker_image):
+    """A server that answers its model list but fails every request (a server down before the run is one
+    line before anything starts: test_failures.py)."""
+    srv = scripted({"turns": [{"tool": "submit"}], "faults": [{"requests": [1, 99], "status": 503}]})
+    r = cli("run", "x", "--model", "m", "--base-url", srv.url, "--max-retries", "0",
             "--output-dir", str(tmp_path), "--image", docker_image, "-q")
     assert r.returncode == 1
     t = json.loads((tmp_path / "trajectory.json").read_text())
-    assert t["exit_reason"] == "model_error" and "cannot reach" in t["exit_detail"]
+    assert t["exit_reason"] == "model_error" and "model server error 503" in t["exit_detail"]
     assert containers_with_label(f"insandbox.run_id={t['run_id']}") == []
 
 

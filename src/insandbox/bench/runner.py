@@ -27,11 +27,12 @@ from ..config import ConfigError, RunConfig, restored
 from ..core.extras import require
 from ..core.redact import redact, secrets_in
 from ..core.trajectory import now_iso
+from ..models.endpoint import check_endpoint
 from ..models.openai_compat import OpenAIChatClient
 from ..models.pricing import PriceTable, load_prices
 from ..prompts import PromptConfig, load_prompt_overrides
 from ..runs import layout
-from ..runs.session import PoolSettings, Session, settings
+from ..runs.session import PoolSettings, Session, check_writable, settings
 from . import degraded, stats
 from .data import Row, load_rows
 from .sample import (
@@ -182,6 +183,8 @@ class SampleExecutor(Protocol):
     """Where samples run instead of this process (e.g. distributed/bench.py: over a Ray cluster).
     `run` gives the sample's record once its folder is in the run folder; the run appends it."""
 
+    same_machine: bool  # its samples reach the model server from this machine (else each node looks itself)
+
     async def start(self, bench: BenchRun) -> None: ...
 
     async def run(self, bench: BenchRun, row: Row, repeat: int, mode: str, cut_off: bool) -> SampleRecord: ...
@@ -298,6 +301,9 @@ class BenchRun:
                          self.cfg.limit)
         if not rows:
             raise ConfigError("no rows to run (check --ids / --limit / --data)")
+        check_writable(self.run_dir)
+        if self.executor is None or self.executor.same_machine:  # a dead or wrong model server: before the folder
+            await check_endpoint(settings(self.cfg.run, {}))
         todo = self._open_folder(rows)
         await self._open(todo)
         total = len(rows) * self.repeats * len(self.modes)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Annotated
 
 import typer
 
@@ -32,6 +33,21 @@ app.command("scripted-server")(serve.scripted_server)
 image_app.command("build")(image.image_build)
 image_app.command("build-proxy")(image.image_build_proxy)
 image_app.command("status")(image.image_status)
+image_app.command("export")(image.image_export)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from .. import __version__
+
+        typer.echo(f"insandbox {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                                   help="Print the version and exit.")] = False) -> None:
+    """Give a language model a computer: run it in a Docker sandbox with bash, an editor and submit."""
 
 
 def main() -> None:

@@ -70,6 +70,7 @@ def bench(
     from ..bench.tasks import builtin_tasks, load_task
     from ..config import ConfigError, validated
     from ..distributed.bench import run_bench  # on this machine, or with --ray on a cluster
+    from ..runs import layout
     from .console import make_console, shown
 
     console = make_console()
@@ -84,6 +85,8 @@ def bench(
         if mode not in ("sandbox", "llm", "both"):
             raise BadArgument("--mode is sandbox, llm or both")
         run_cfg = validated(run_settings(shared))
+        if resume is None and output_dir is None:  # named now, so that an interrupted run can say where it is
+            output_dir = layout.default_bench_dir(BenchConfig.model_fields["runs_root"].default, task)
         cfg = BenchConfig(task=task or "resume", data=data, mode=mode, repeats=repeats, limit=limit,
                           ids=[i.strip() for i in ids.split(",") if i.strip()] if ids else None,
                           concurrency=8 if concurrency is None else concurrency, retries=retries,
@@ -107,6 +110,10 @@ def bench(
                                           concurrency=concurrency if resume else None, ray=ray,
                                           processes=processes),
                         bad=(DataError, ValueError, FileNotFoundError), failed=(BenchAborted,))
+    except typer.Exit as e:
+        if e.exit_code > 128:  # a signal: the samples recorded are kept, and the run can be finished
+            _say_resume(resume or cfg.output_dir)
+        raise
     finally:
         if hasattr(progress, "close"):
             progress.close()
@@ -122,6 +129,14 @@ def bench(
                             f"accuracy; results.jsonl's `error` says why); run them again with: insandbox bench "
                             f"--resume {result.run_dir}"), style="red")
         raise typer.Exit(1)
+
+
+def _say_resume(run_dir: Optional[Path]) -> None:
+    from ..runs import layout
+
+    if run_dir is not None and (Path(run_dir) / layout.BENCH).is_file():
+        typer.echo(f"insandbox: interrupted: the samples recorded so far are kept in {run_dir}; finish the run "
+                   f"with: insandbox bench --resume {run_dir}", err=True)
 
 
 def report(

@@ -56,16 +56,22 @@ def run_until_done(make: Callable[[], Any]) -> tuple[Any, Optional[int]]:
 def finish(make: Callable[[], Any], bad: tuple[type[BaseException], ...] = (),
            failed: tuple[type[BaseException], ...] = ()) -> Any:
     """Run a command's coroutine to its end (`run_until_done`): its ConfigError and `bad` exceptions
-    exit 2, SandboxError and `failed` ones exit 1, a signal 128+N; else its result."""
+    exit 2; SandboxError, a model server that does not answer, a host file that cannot be written and
+    `failed` ones exit 1; a signal 128+N; else its result."""
     from ..config import ConfigError
+    from ..models.endpoint import EndpointUnreachable
     from ..sandbox import SandboxError
 
     try:
         result, sig = run_until_done(make)
     except (ConfigError, *bad) as e:
         fail(str(e))
-    except (SandboxError, *failed) as e:
+    except (SandboxError, EndpointUnreachable, *failed) as e:
         fail(str(e), 1)
+    except OSError as e:
+        if e.filename is None:
+            raise  # not a file of this machine's: a bug, its traceback is what a report needs
+        fail(f"{e.filename}: {e.strerror or e}", 1)
     if sig is not None:
         raise typer.Exit(128 + sig)
     return result

@@ -69,3 +69,35 @@ def image_status(tag: Annotated[str, typer.Option(help="Image tag to look at.")]
     except SandboxError as e:  # no engine: one line, like every other command
         fail(str(e), 1)
     typer.echo(f"{info.tag}: {info.size_bytes / 1e6:,.0f} MB ({info.id[:19]})")
+
+
+def image_export(
+    out: Annotated[Path, typer.Option(help="Where to write: PATH.tar (one tar) or an empty or new folder.")],
+    image: Annotated[str, typer.Option(help="The image to export.")] = defaults.IMAGE,
+) -> None:
+    """Write the image's files where a machine without Docker reads them (--backend bwrap, with
+    INSANDBOX_ROOTFS=PATH): one tar, or a folder of root/ and image.json."""
+    from ..sandbox import SandboxError, backend_class
+    from ..sandbox.docker.image import image_exists
+
+    try:
+        if not image_exists(image):
+            fail(f"{image} does not exist; build it with `insandbox image build`", 1)
+        with _spinner(f"exporting {image} to {out}"):
+            path = backend_class("docker").export_root_filesystem(image, out)
+    except FileExistsError as e:
+        fail(f"--out {e.args[0] if e.args else out}", 2)
+    except SandboxError as e:
+        fail(str(e), 1)
+    except OSError as e:
+        fail(f"--out {out}: {e.strerror or e}", 1)
+    size = path.stat().st_size if path.is_file() else sum(f.stat().st_size for f in path.rglob("*") if f.is_file()
+                                                          and not f.is_symlink())
+    typer.echo(f"exported {image} to {path} ({size / 1e6:,.0f} MB); where Docker is missing: "
+               f"INSANDBOX_ROOTFS={path} insandbox run --backend bwrap ...")
+
+
+def _spinner(text: str):
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False).status(text, spinner="dots")

@@ -110,6 +110,8 @@ class WorkerDied(RuntimeError):
 class ProcessBenchExecutor:
     """BenchRun's samples in worker processes on this machine (runner.SampleExecutor)."""
 
+    same_machine = True
+
     def __init__(self, processes: int, cfg: BenchConfig):
         if processes < 2:
             raise ConfigError("--processes is 2 or more (1 is the default: every sample in this process)")
