@@ -115,7 +115,7 @@ def test_resume_after_a_killed_run_repeats_nothing(scripted, tmp_path, docker_im
     run_dir = tmp_path / "run"
     exe = Path(sys.executable).parent / "insandbox"
     args = [str(exe), "bench", "chem", "--data", str(data), "--mode", "both", "--model", "m", "--base-url", srv.url,
-            "--image", docker_image, "--concurrency", "2", "--output-dir", str(run_dir), "-q"]
+            "--image", docker_image, "--concurrency", "2", "--out", str(run_dir), "-q"]
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     results = run_dir / "results.jsonl"
     deadline = time.time() + 120
@@ -242,7 +242,7 @@ def test_bench_passes_the_run_options_to_every_sample(scripted, tmp_path, docker
     run_dir = tmp_path / "run"
     r = cli("bench", "chem", "--data", str(data), "--model", "m", "--base-url", srv.url, "--image", docker_image,
             "--env", "ANSWER=B", "--prompt-config", str(over), "--output-limit", "300", "--max-retries", "0",
-            "--tool-choice", "required", "--output-dir", str(run_dir), "-q")
+            "--tool-choice", "required", "--out", str(run_dir), "-q")
     assert r.returncode == 0, r.stderr
     rec = json.loads((run_dir / "results.jsonl").read_text())
     assert rec["score"] == 1.0 and rec["answer"] == "B\n"
@@ -271,7 +271,7 @@ def test_sandbox_samples_without_a_tool_call_are_counted_and_most_of_them_warned
     run_dir = tmp_path / "run"
     r = cli("bench", "chem", "--data", str(rows), "--mode", "both", "--model", "m", "--base-url", srv.url,
             "--image", docker_image, "--max-steps", "2", "--tool-format", tool_format, "--concurrency", "4",
-            "--output-dir", str(run_dir))
+            "--out", str(run_dir))
     assert r.returncode == 0, r.stderr[-2000:]
     out = " ".join(r.stdout.split())  # the console wraps long lines
     assert "warning: chem: 5 of the first 5 sandbox-mode samples made no tool call" in out  # during the run

@@ -125,7 +125,7 @@ def test_fork_and_replay_under_gvisor(scripted, run_async, tmp_path, docker_imag
     assert "granted from the command line: --runtime gvisor" in r.stderr  # a run folder grants no runtime
     branch = scripted({"turns": [{"content": "x"}, {"tool": "execute_bash", "args": {
         "command": 'echo "$(cat /tmp/data.txt) $V" > /testbed/answer.txt'}}, {"tool": "submit"}]})
-    r = cli("fork", str(run), "--step", "1", "--n", "1", "--runtime", GVISOR, "--base-url", branch.url, "--json")
+    r = cli("fork", str(run), "--step", "1", "--branches", "1", "--runtime", GVISOR, "--base-url", branch.url, "--json")
     assert r.returncode == 0, r.stderr
     assert (run / "forks/step-1/branch-1/answer.txt").read_text() == "base kept\n"
 

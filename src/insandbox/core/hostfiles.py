@@ -1,6 +1,6 @@
 """Writing files into folders on the host that someone else may have prepared.
 
-A run folder given with --output-dir, a benchmark folder resumed, a branch folder of a fork: any of
+A run folder given with --out, a benchmark folder resumed, a branch folder of a fork: any of
 them may hold a symbolic link where insandbox is about to write (`files/notes.txt -> ~/.bashrc`).
 Every write insandbox makes there opens its file with O_NOFOLLOW, so a link in the last place is an
 error instead of a write through it; `no_link_on_the_way` checks the folders between.

@@ -14,7 +14,7 @@ def yaml_error_line(path: Path, error: Exception) -> str:
     where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
     problem = getattr(error, "problem", None) or str(error).splitlines()[0]
     context = getattr(error, "context", None)
-    return f"{path}:{where}: not valid YAML: {problem}" + (f" ({context})" if context else "")
+    return f"{path}{where}: not valid YAML: {problem}" + (f" ({context})" if context else "")
 
 
 def read_yaml(path: Path, what: str = "") -> Any:

@@ -25,7 +25,7 @@ from typing import Any, Optional, Protocol, Union
 from ..agent.env import EnvConfig, SandboxEnv, Task
 from ..agent.loop import run_episode, run_llm_once
 from ..config import ConfigError, RunConfig, validated
-from ..core import hostfiles
+from ..core import defaults, hostfiles
 from ..core.episode import INTERRUPTED_DETAIL, ExitReason
 from ..core.errors import SandboxBrokenByItself
 from ..core.redact import redact
@@ -201,7 +201,7 @@ def check_output_folder(run_dir: Path) -> None:
     would make it write elsewhere on this machine. Refused before anything starts."""
     for name in layout.RUN_FILES:
         if (run_dir / name).is_symlink():
-            raise ConfigError(f"--output-dir {run_dir}: {name} there is a symbolic link; insandbox does not write "
+            raise ConfigError(f"--out {run_dir}: {name} there is a symbolic link; insandbox does not write "
                               "through links (remove it, or give another folder)")
 
 
@@ -287,9 +287,9 @@ class PoolSettings:
 
     size: int
     recycle: bool = True
-    max_uses: int = 100
+    max_uses: int = defaults.POOL_MAX_USES
     prestart: bool = True  # False where the demand is not known: starts only when a run asks
-    close_wait_s: float = 300.0  # at close, how long removals wait for an engine that went away
+    close_wait_s: float = defaults.ENGINE_WAIT_S  # at close, how long removals wait for an engine that went away
     run_id: str = field(default_factory=lambda: f"bench-{uuid.uuid4().hex[:6]}")  # the label of its sandboxes
 
 
