@@ -187,25 +187,29 @@ def test_resume_reruns_an_errored_sample_and_keeps_one_record_of_it(scripted, ru
     assert again["attempts"] == 2 and again["resumed_attempts"] == 1  # the errored attempt is counted
 
 
-def test_a_dead_model_server_stops_the_run(run_async, tmp_path):
-    import socket
-
+def test_a_model_server_failing_every_request_stops_the_run(scripted, run_async, tmp_path):
+    """Ten infrastructure failures in a row stop the run (a server that does not answer at all stops it before
+    its folder exists: models/endpoint.py, tests/cli/test_failures.py)."""
     from insandbox.bench.runner import MAX_CONSECUTIVE_INFRA, BenchAborted
+    from insandbox.models.endpoint import EndpointUnreachable
+    from tests.servers import free_port
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    srv = scripted({"faults": [{"requests": [1, 999], "status": 503}], "llm_turns": [{"content": "A"}]})
     data = tmp_path / "rows.jsonl"
     data.write_text("".join(json.dumps({"id": f"r{i}", "problem_statement": f"q{i}", "ground_truth": "A"}) + "\n"
                             for i in range(MAX_CONSECUTIVE_INFRA + 5)))
     cfg = BenchConfig(task="chem", data=data, mode="llm", retries=0, concurrency=1, output_dir=tmp_path / "r",
-                      run=RunConfig(model="m", base_url=f"http://127.0.0.1:{port}/v1", max_retries=0))
+                      run=RunConfig(model="m", base_url=srv.url, max_retries=0))
     with pytest.raises(BenchAborted, match="in a row failed"):
         run_async(run_bench(cfg))
     lines = (tmp_path / "r" / "results.jsonl").read_text().splitlines()
     assert len(lines) == MAX_CONSECUTIVE_INFRA and all(json.loads(x)["error"] for x in lines)
     assert json.loads((tmp_path / "r" / "summary.json").read_text())["errors"] == MAX_CONSECUTIVE_INFRA
-
+    dead = cfg.model_copy(update={"output_dir": tmp_path / "dead", "run": RunConfig(
+        model="m", base_url=f"http://127.0.0.1:{free_port()}/v1")})
+    with pytest.raises(EndpointUnreachable, match="connection refused"):
+        run_async(run_bench(dead))
+    assert not (tmp_path / "dead").exists()
 
 
 def test_resume_keeps_the_step_limit_of_the_first_session(tmp_path):

@@ -371,3 +371,24 @@ def test_view_serves_a_folder_and_says_where(tmp_path):
     r = cli("view", str(tmp_path / "runs"), "--host", "no-such-host.invalid", "--no-open")
     assert r.returncode == 2 and "cannot listen" in r.stderr
     assert "warning: listening on no-such-host.invalid" in r.stderr
+
+
+def test_version_is_the_packages():
+    """Regression: there was no `insandbox --version`."""
+    import insandbox
+
+    r = cli("--version")
+    assert r.returncode == 0 and r.stdout == f"insandbox {insandbox.__version__}\n" and r.stderr == ""
+
+
+def test_image_export_refuses_what_it_cannot_write_in_one_line(tmp_path, docker_image):
+    """`insandbox image export` (the README's first step without Docker; tests/sandbox/bwrap/test_recipe.py runs
+    the whole recipe): a folder that holds files, an image that is not there."""
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "mine.txt").write_text("keep")
+    r = cli("image", "export", "--image", docker_image, "--out", str(tmp_path / "full"))
+    assert r.returncode == 2 and r.stderr == f"insandbox: --out {tmp_path / 'full'} is not empty\n", r.stderr
+    assert (tmp_path / "full" / "mine.txt").read_text() == "keep"
+    r = cli("image", "export", "--image", "insandbox:never-built", "--out", str(tmp_path / "r.tar"))
+    assert r.returncode == 1 and r.stderr.startswith("insandbox: insandbox:never-built does not exist; build it with")
+    assert not (tmp_path / "r.tar").exists()

@@ -3,7 +3,7 @@ metavar, the RunConfig field it sets and how its value becomes that field's; and
 
     @shared_options(*RUN)                      run and bench: all of them, with run's defaults
     @shared_options(*GRANTS[1:], unset=True)   replay: the sandbox's, None when not given (as recorded)
-    @shared_options(*SANDBOX, *LIMITS, defaults=...)   rl rollout: with RolloutConfig's defaults
+    @shared_options(*LIMITS, *SANDBOX, defaults_of=...)   rl rollout: with RolloutConfig's defaults
 
 appends them to a command's own parameters (so --help lists them after the command's own, in the
 table's order), and the command gets their values as one dict, `shared`. `settings(shared)` turns
@@ -218,18 +218,18 @@ GRANTS = ("image", "network", "cap_add", "runtime", "memory", "cpus", "pids_limi
           "max_output_size", "max_output_files")
 
 
-def shared_options(*names: str, unset: bool = False, defaults: Optional[dict] = None, **own: Any) -> Callable:
+def shared_options(*names: str, unset: bool = False, defaults_of: Optional[dict] = None, **own: Any) -> Callable:
     """Append the options `names` to the decorated command's parameters, in this order; the command
     receives their values as one dict, its keyword argument `shared`. unset: each defaults to None, "not
-    given" (replay and fork: as recorded). defaults: name=value for a command whose settings default
+    given" (replay and fork: as recorded). defaults_of: name=value for a command whose settings default
     otherwise (rl rollout: RolloutConfig's). own: name=Annotated[...] for a command that words one its own way."""
-    defaults = defaults or {}
+    defaults_of = defaults_of or {}
 
     def decorate(command: Callable) -> Callable:
         signature = inspect.signature(command, eval_str=True)
         params = [p for name, p in signature.parameters.items() if name != "shared"]
         for name in names:
-            default = None if unset else defaults.get(name, OPTIONS[name].default)
+            default = None if unset else defaults_of.get(name, OPTIONS[name].default)
             kind = own.get(name) or OPTIONS[name].annotation(default, unset)
             params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=kind, default=default))
 

@@ -31,7 +31,7 @@ ROLLOUT_DEFAULTS = {"max_steps": defaults.ROLLOUT_MAX_STEPS, "time_limit": defau
                     "stuck_after": 0}
 
 
-@shared_options(*LIMITS, *SANDBOX, defaults=ROLLOUT_DEFAULTS)
+@shared_options(*LIMITS, *SANDBOX, defaults_of=ROLLOUT_DEFAULTS)
 def rollout(
     data: Annotated[str, typer.Option(help="Task rows: a JSONL (as `insandbox rl build-data` writes it), a "
                                            "save_to_disk folder (FOLDER[:SPLIT]) or hf:NAME[:CONFIG[:SPLIT]] "
