@@ -163,7 +163,7 @@ def test_a_benchmark_and_rl_rollouts_under_gvisor(scripted, run_async, tmp_path,
         return f'<tool_call>\n{json.dumps({"name": name, "arguments": args})}\n</tool_call>'
 
     r = Rollouts(load_gguf_tokenizer(default_gguf()),
-                 RolloutConfig(image=docker_image, runtime=GVISOR, network="none", max_turns=4), reward_fn=exact)
+                 RolloutConfig(image=docker_image, runtime=GVISOR, network="none", max_steps=4), reward_fn=exact)
     gen = ScriptedGenerator(r.chat, [{"turns": [call("execute_bash", command=look), call("submit")]}])
     records = run_async(r.run_groups([{"id": "t", "problem_statement": "where?", "ground_truth": "gvisor"}], gen,
                                      n=2, concurrency=2))

@@ -335,7 +335,7 @@ def test_a_benchmark_and_rl_rollouts_on_podman(rootful, scripted, tmp_path):
         return f'<tool_call>\n{json.dumps({"name": name, "arguments": args})}\n</tool_call>'
 
     r = Rollouts(load_gguf_tokenizer(default_gguf()),
-                 RolloutConfig(image=IMAGE, network="none", max_turns=4), reward_fn=exact)
+                 RolloutConfig(image=IMAGE, network="none", max_steps=4), reward_fn=exact)
     gen = ScriptedGenerator(r.chat, [{"turns": [call("execute_bash", command=look), call("submit")]}])
     records = asyncio.run(r.run_groups([{"id": "t", "problem_statement": "where?", "ground_truth": "podman"}], gen,
                                        n=2, concurrency=2))

@@ -241,7 +241,7 @@ def test_rl_rollouts_run_in_bwrap_sandboxes_from_a_pool(no_engine, run_async):
         import json
         return f'<tool_call>\n{json.dumps({"name": name, "arguments": args})}\n</tool_call>'
 
-    r = Rollouts(load_gguf_tokenizer(default_gguf()), RolloutConfig(network="none", max_turns=4), reward_fn=exact)
+    r = Rollouts(load_gguf_tokenizer(default_gguf()), RolloutConfig(network="none", max_steps=4), reward_fn=exact)
     row = {"id": "t", "problem_statement": "A or B?", "ground_truth": "B", "input_files": {"doc.txt": "B.\n"}}
     gen = ScriptedGenerator(r.chat, [{"turns": [call("execute_bash", command="cat /testbed/documents/doc.txt | "
                                                                              "tr -d . > /testbed/answer.txt"),
