@@ -266,7 +266,7 @@ async def rl(a, work: Path, tokenizer) -> tuple[int, None]:
     from insandbox.rl.rollout import RolloutConfig, Rollouts
     from insandbox.rl.rollout.backends.scripted import ScriptedGenerator
 
-    r = Rollouts(tokenizer, RolloutConfig(max_turns=a.calls + 1, image=a.image), reward_fn=reward)
+    r = Rollouts(tokenizer, RolloutConfig(max_steps=a.calls + 1, image=a.image), reward_fn=reward)
     turns = [call("execute_bash", command=f"echo step {i}") for i in range(a.calls - 2)]
     turns += [call("execute_bash", command="echo C > /testbed/answer.txt"), call("submit")]
     gen = ScriptedGenerator(r.chat, [{"turns": turns}], latency=a.latency)

@@ -68,7 +68,7 @@ def main_job() -> list[tuple[str, str]]:
         out = Path(f"/tmp/insandbox-bench-main-{os.getpid()}-{i}")
         t0 = time.time()
         r = subprocess.run([str(ROOT / ".venv/bin/insandbox"), "run", TASK, "--max-steps", "10",
-                            "--output-dir", str(out),
+                            "--out", str(out),
                             "--json"], capture_output=True, text=True, env=env)
         wall = time.time() - t0
         traj = json.loads((out / "trajectory.json").read_text())

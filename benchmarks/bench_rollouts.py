@@ -42,7 +42,7 @@ def call(name: str, **args) -> str:
 
 
 async def scripted(tokenizer, concurrency: int, per_slot: int, image: str) -> dict:
-    r = Rollouts(tokenizer, RolloutConfig(max_turns=4, image=image), reward_fn=reward)
+    r = Rollouts(tokenizer, RolloutConfig(max_steps=4, image=image), reward_fn=reward)
     read = "grep -l 'option is' /testbed/documents/* && cat /testbed/documents/doc_01.txt"
     turns = [call("execute_bash", command=read), call("execute_bash", command="echo C > /testbed/answer.txt"),
              call("submit")]
@@ -59,7 +59,7 @@ async def scripted(tokenizer, concurrency: int, per_slot: int, image: str) -> di
 
 async def embedded(tokenizer, generate, concurrency: int, n_rollouts: int, image: str, max_turns: int = 2,
                    tokens: int = 48) -> tuple[dict, list]:
-    r = Rollouts(tokenizer, RolloutConfig(max_turns=max_turns, max_tokens_per_turn=tokens, max_response_tokens=1024,
+    r = Rollouts(tokenizer, RolloutConfig(max_steps=max_turns, max_tokens=tokens, max_response_tokens=1024,
                                           image=image), reward_fn=reward)
     t0 = time.perf_counter()
     records = await r.run_groups(rows(n_rollouts), generate, n=1, concurrency=concurrency)

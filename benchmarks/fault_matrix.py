@@ -292,7 +292,7 @@ async def _signal_host(sig: int) -> tuple[str, bool]:
     exe = Path(sys.executable).parent / "insandbox"
     try:
         with tempfile.TemporaryDirectory() as out:
-            proc = subprocess.Popen([str(exe), "run", "x", "--model", "m", "--base-url", srv.url, "--output-dir",
+            proc = subprocess.Popen([str(exe), "run", "x", "--model", "m", "--base-url", srv.url, "--out",
                                      out, "--image", IMAGE, "-q"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             owner = f"insandbox.owner={socket.gethostname()}:{proc.pid}:{process_start(proc.pid)}"
             deadline = time.time() + 60
@@ -436,7 +436,7 @@ TEST_ROWS: list[tuple[str, str, str]] = [  # (case, expected, pytest node id or 
      RUN_FOLDER + "test_a_fork_never_writes_through_a_link_in_the_run_folder"),
     ("hostile run folder: image ../../etc/passwd", "exit 2, one line, before anything starts",
      RUN_FOLDER + "test_an_image_name_that_is_not_one_is_refused_before_anything_starts"),
-    ("an --output-dir prepared with links", "refused before anything starts; outputs never written through links",
+    ("an --out prepared with links", "refused before anything starts; outputs never written through links",
      "tests/agent/test_loop.py::test_an_output_folder_prepared_with_links_is_never_written_through"),
     ("a key in --base-url or --extra-body", "sent to the server, stored and printed nowhere",
      "tests/test_credentials.py::test_a_run_sends_the_credentials_and_stores_and_prints_none"),

@@ -20,7 +20,7 @@ cat >"$WORK/sut/insandbox.json" <<JSON
  "about": "this checkout: $ROOT",
  "image": "insandbox:latest",
  "env": {},
- "run": "$ROOT/.venv/bin/insandbox run {query} --model {model} --base-url {base_url} --api-key x --max-steps {max_steps} --output-dir {outdir} --image {image} -q",
+ "run": "$ROOT/.venv/bin/insandbox run {query} --model {model} --base-url {base_url} --api-key x --max-steps {max_steps} --out {outdir} --image {image} -q",
  "batch": "$ROOT/.venv/bin/python $ROOT/benchmarks/peer_batch.py --n {n} --workers {workers} --model {model} --base-url {base_url} --image {image} --max-steps {max_steps} --out {outdir}/driver.json"
 }
 JSON

@@ -32,11 +32,11 @@ def example_names() -> list[str]:
 
 def run_command(name: str, base_url: str, out: Path) -> list[str]:
     """The `insandbox run` call that records example `name` (a real model's command differs only in
-    --model/--base-url and --output-dir)."""
+    --model/--base-url and --out)."""
     folder = Path("examples") / name
     cmd = [sys.executable, "-m", "insandbox", "run", "--query-file", str(folder / "task.md"),
            "--input-dir", str(folder / "inputs"), "--model", f"scripted-{name}", "--base-url", base_url,
-           "--output-dir", str(out), "--max-steps", "20", "--quiet"]
+           "--out", str(out), "--max-steps", "20", "--quiet"]
     if (REPO / folder / "prompts.yaml").is_file():  # an example whose files go elsewhere than /testbed/input
         cmd += ["--prompt-config", str(folder / "prompts.yaml")]
     return cmd

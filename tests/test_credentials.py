@@ -67,7 +67,7 @@ def test_a_run_sends_the_credentials_and_stores_and_prints_none(scripted, tmp_pa
     srv = scripted(SCRIPT)
     run_dir = tmp_path / "run"
     r = cli("run", "Answer 42", "--base-url", with_userinfo(srv.url), "--extra-body", json.dumps(EXTRA),
-            "--output-dir", str(run_dir), "--image", docker_image, "--max-steps", "5", *flags, env=ENV)
+            "--out", str(run_dir), "--image", docker_image, "--max-steps", "5", *flags, env=ENV)
     assert r.returncode == 0, r.stderr
     assert_received(srv.requests)
     assert leaks(run_dir, r.stdout, r.stderr) == []
@@ -94,8 +94,13 @@ def test_model_errors_name_the_server_without_its_credentials(scripted, tmp_path
     run_dir = tmp_path / "run"
     for flags in ([], ["--json"]):
         r = cli("run", "x", "--model", "m", "--base-url", with_userinfo(url), "--extra-body", json.dumps(EXTRA),
-                "--max-retries", "1", "--output-dir", str(run_dir), "--image", docker_image, *flags, env=ENV)
+                "--max-retries", "1", "--out", str(run_dir), "--image", docker_image, *flags, env=ENV)
         assert r.returncode == 1, r.stderr
+        if srv is None:  # nothing listens: said before the run starts (models/endpoint.py), in one line
+            assert r.stderr.strip() == f"insandbox: {expected}: connection refused (nothing listens on " \
+                                       "127.0.0.1:9; is the server started?)" and not run_dir.exists()
+            assert leaks(tmp_path, r.stdout, r.stderr) == []
+            continue
         t = json.loads((run_dir / "trajectory.json").read_text())
         assert t["exit_reason"] == "model_error" and expected in t["exit_detail"], t["exit_detail"]
         assert expected in r.stdout + r.stderr
@@ -103,10 +108,11 @@ def test_model_errors_name_the_server_without_its_credentials(scripted, tmp_path
     if srv is not None:
         assert_received(srv.requests)
         assert [q["status"] for q in srv.requests] == [500, 401, 500, 401]
-    # with no --model the models are listed first: that error names the server too, and nothing else
-    r = cli("run", "x", "--base-url", with_userinfo("http://127.0.0.1:9/v1"), "--output-dir", str(tmp_path / "o"),
+    # with no --model the server is asked for its models: that error names the server too, and nothing else
+    r = cli("run", "x", "--base-url", with_userinfo("http://127.0.0.1:9/v1"), "--out", str(tmp_path / "o"),
             "--image", docker_image, env=ENV)
-    assert f"no --model given and {shown('http://127.0.0.1:9/v1')} did not list its models" in one_line(r)
+    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert f"cannot reach the model server at {shown('http://127.0.0.1:9/v1')}" in r.stderr
     assert leaks(tmp_path, r.stdout, r.stderr) == []
 
 
@@ -118,7 +124,7 @@ def test_a_benchmark_sends_the_credentials_stores_none_and_resumes_only_with_the
                               {"tool": "submit"}], "llm_turns": [{"content": "Answer: B"}]})
     url, run_dir = with_userinfo(srv.url), tmp_path / "bench"
     r = cli("bench", "chem", "--data", str(data), "--mode", "both", "--model", "m", "--base-url", url,
-            "--extra-body", json.dumps(EXTRA), "--image", docker_image, "--output-dir", str(run_dir), env=ENV)
+            "--extra-body", json.dumps(EXTRA), "--image", docker_image, "--out", str(run_dir), env=ENV)
     assert r.returncode == 0, r.stderr
     assert_received(srv.requests)
     records = [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
@@ -151,10 +157,10 @@ def test_a_benchmark_sends_the_credentials_stores_none_and_resumes_only_with_the
 def test_a_fork_of_a_redacted_run_asks_for_the_credentials_and_then_sends_them(scripted, tmp_path, docker_image):
     srv = scripted(SCRIPT)
     url, run_dir = with_userinfo(srv.url), tmp_path / "run"
-    r = cli("run", "Answer 42", "--base-url", url, "--extra-body", json.dumps(EXTRA), "--output-dir", str(run_dir),
+    r = cli("run", "Answer 42", "--base-url", url, "--extra-body", json.dumps(EXTRA), "--out", str(run_dir),
             "--image", docker_image, "-q", env=ENV)
     assert r.returncode == 0, r.stderr
-    fork = ["fork", str(run_dir), "--step", "1", "--n", "1", "-q"]
+    fork = ["fork", str(run_dir), "--step", "1", "--branches", "1", "-q"]
     line = one_line(cli(*fork, env=ENV))
     assert "recorded --base-url held a credential" in line and shown(srv.url) in line
     assert "recorded --extra-body held a credential" in one_line(cli(*fork, "--base-url", url, env=ENV))

@@ -182,7 +182,7 @@ def test_the_hint_after_replies_without_a_call_fits_the_tool_format(tool_format,
 
     srv = scripted({"turns": [{"content": "I would run ls."}] * 3})
     r = cli("run", "Do it.", "--base-url", srv.url, "--model", "m", "--image", docker_image, "--max-steps", "3",
-            "--tool-format", tool_format, "--output-dir", str(tmp_path / "run"))
+            "--tool-format", tool_format, "--out", str(tmp_path / "run"))
     assert r.returncode == 0, r.stderr[-2000:]
     hints = [n for s in Trajectory.load(tmp_path / "run" / "trajectory.json").steps for n in s.notes
              if n.startswith("hint:")]

@@ -56,7 +56,7 @@ def _bench(scripted, tmp_path: Path, breaking: bool) -> tuple[int, dict, list[di
     run_dir = tmp_path / ("breaking" if breaking else "honest")
     r = cli("bench", str(task), "--data", str(data), "--model", "m", "--base-url", srv.url, "--network", "none",
             "--memory", "256m", "--concurrency", "5", "--retries", "3",
-            "--output-dir", str(run_dir), "-q", timeout=600)
+            "--out", str(run_dir), "-q", timeout=600)
     summary = json.loads((run_dir / "summary.json").read_text())["tasks"]["attribution"]["sandbox"]
     records = [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
     return r.returncode, summary, records

@@ -56,7 +56,7 @@ def _one_per_sample(run_dir: Path, n: int = N_ROWS) -> list[dict]:
 def _bench_args(data: Path, url: str, image: str, run_dir: Path, concurrency: int = 2) -> list[str]:
     exe = Path(sys.executable).parent / "insandbox"
     return [str(exe), "bench", "chem", "--data", str(data), "--model", "m", "--base-url", url, "--image", image,
-            "--network", "none", "--concurrency", str(concurrency), "--output-dir", str(run_dir), "-q"]
+            "--network", "none", "--concurrency", str(concurrency), "--out", str(run_dir), "-q"]
 
 
 def _wait_for_records(proc: subprocess.Popen, run_dir: Path, n: int, deadline_s: float = 300) -> None:
@@ -467,7 +467,7 @@ def test_resume_keeps_the_runs_own_concurrency(scripted, tmp_path):
     data = _rows(tmp_path / "rows.jsonl")
     run_dir = tmp_path / "run"
     r = cli("bench", "chem", "--data", str(data), "--mode", "llm", "--model", "m", "--base-url", srv.url,
-            "--concurrency", "2", "--retries", "0", "--max-retries", "0", "--output-dir", str(run_dir), "-q")
+            "--concurrency", "2", "--retries", "0", "--max-retries", "0", "--out", str(run_dir), "-q")
     # every sample failed once: the command says so and exits 1, naming the way to run them again
     assert r.returncode == 1 and all(x["error"] for x in _results(run_dir)), r.stderr
     assert f"insandbox bench --resume {run_dir}" in " ".join(r.stdout.split()), r.stdout

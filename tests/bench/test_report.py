@@ -107,14 +107,14 @@ def test_runs_with_identical_settings_are_told_apart_by_folder(tmp_path):
     assert labels == ["fixture-model · chem-steps20", "fixture-model · chem-steps20-again"]
     assert data["poolable"] == [labels]
     assert {a["n"] for a in data["accuracy"]} == {4} and len(data["paired"]) == 2
-    assert "`--pool` pools them" in (out / "report.md").read_text()
+    assert "`--merge` pools them" in (out / "report.md").read_text()
 
 
 def test_pooling_refuses_runs_whose_settings_differ(tmp_path):
     with pytest.raises(ValueError, match="settings differ") as err:
         write_report([STEPS5, STEPS20], tmp_path / "r", plots=False, pool=True)
     assert "max_steps: chem-steps5=5, chem-steps20=20" in str(err.value)
-    r = cli("report", str(STEPS5), str(STEPS20), "--pool", "--out", str(tmp_path / "cli"), "--no-plots")
+    r = cli("report", str(STEPS5), str(STEPS20), "--merge", "--out", str(tmp_path / "cli"), "--no-plots")
     assert r.returncode == 2 and "max_steps" in r.stderr and not (tmp_path / "cli" / "report.md").exists()
 
 
@@ -132,7 +132,7 @@ def test_pooling_runs_with_identical_settings(tmp_path):
     tm = {t["mode"]: t for t in data["time"]}
     assert tm["sandbox"]["samples_per_min"] == 4.0  # 8 samples in 60 s + 60 s, not over the hours between the runs
     assert data["runs"][0]["pooled"] and data["runs"][0]["folders"] == [str(STEPS20), str(AGAIN)]
-    r = cli("report", str(STEPS20), str(AGAIN), "--pool", "--out", str(tmp_path / "cli"), "--no-plots")
+    r = cli("report", str(STEPS20), str(AGAIN), "--merge", "--out", str(tmp_path / "cli"), "--no-plots")
     assert r.returncode == 0, r.stderr
     assert f"| {label} | chem | sandbox | 6 | 8 | 75.0% |" in (tmp_path / "cli" / "report.md").read_text()
 

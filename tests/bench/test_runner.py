@@ -115,7 +115,7 @@ def test_resume_after_a_killed_run_repeats_nothing(scripted, tmp_path, docker_im
     run_dir = tmp_path / "run"
     exe = Path(sys.executable).parent / "insandbox"
     args = [str(exe), "bench", "chem", "--data", str(data), "--mode", "both", "--model", "m", "--base-url", srv.url,
-            "--image", docker_image, "--concurrency", "2", "--output-dir", str(run_dir), "-q"]
+            "--image", docker_image, "--concurrency", "2", "--out", str(run_dir), "-q"]
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     results = run_dir / "results.jsonl"
     deadline = time.time() + 120
@@ -187,25 +187,29 @@ def test_resume_reruns_an_errored_sample_and_keeps_one_record_of_it(scripted, ru
     assert again["attempts"] == 2 and again["resumed_attempts"] == 1  # the errored attempt is counted
 
 
-def test_a_dead_model_server_stops_the_run(run_async, tmp_path):
-    import socket
-
+def test_a_model_server_failing_every_request_stops_the_run(scripted, run_async, tmp_path):
+    """Ten infrastructure failures in a row stop the run (a server that does not answer at all stops it before
+    its folder exists: models/endpoint.py, tests/cli/test_failures.py)."""
     from insandbox.bench.runner import MAX_CONSECUTIVE_INFRA, BenchAborted
+    from insandbox.models.endpoint import EndpointUnreachable
+    from tests.servers import free_port
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    srv = scripted({"faults": [{"requests": [1, 999], "status": 503}], "llm_turns": [{"content": "A"}]})
     data = tmp_path / "rows.jsonl"
     data.write_text("".join(json.dumps({"id": f"r{i}", "problem_statement": f"q{i}", "ground_truth": "A"}) + "\n"
                             for i in range(MAX_CONSECUTIVE_INFRA + 5)))
     cfg = BenchConfig(task="chem", data=data, mode="llm", retries=0, concurrency=1, output_dir=tmp_path / "r",
-                      run=RunConfig(model="m", base_url=f"http://127.0.0.1:{port}/v1", max_retries=0))
+                      run=RunConfig(model="m", base_url=srv.url, max_retries=0))
     with pytest.raises(BenchAborted, match="in a row failed"):
         run_async(run_bench(cfg))
     lines = (tmp_path / "r" / "results.jsonl").read_text().splitlines()
     assert len(lines) == MAX_CONSECUTIVE_INFRA and all(json.loads(x)["error"] for x in lines)
     assert json.loads((tmp_path / "r" / "summary.json").read_text())["errors"] == MAX_CONSECUTIVE_INFRA
-
+    dead = cfg.model_copy(update={"output_dir": tmp_path / "dead", "run": RunConfig(
+        model="m", base_url=f"http://127.0.0.1:{free_port()}/v1")})
+    with pytest.raises(EndpointUnreachable, match="connection refused"):
+        run_async(run_bench(dead))
+    assert not (tmp_path / "dead").exists()
 
 
 def test_resume_keeps_the_step_limit_of_the_first_session(tmp_path):
@@ -242,7 +246,7 @@ def test_bench_passes_the_run_options_to_every_sample(scripted, tmp_path, docker
     run_dir = tmp_path / "run"
     r = cli("bench", "chem", "--data", str(data), "--model", "m", "--base-url", srv.url, "--image", docker_image,
             "--env", "ANSWER=B", "--prompt-config", str(over), "--output-limit", "300", "--max-retries", "0",
-            "--tool-choice", "required", "--output-dir", str(run_dir), "-q")
+            "--tool-choice", "required", "--out", str(run_dir), "-q")
     assert r.returncode == 0, r.stderr
     rec = json.loads((run_dir / "results.jsonl").read_text())
     assert rec["score"] == 1.0 and rec["answer"] == "B\n"
@@ -271,7 +275,7 @@ def test_sandbox_samples_without_a_tool_call_are_counted_and_most_of_them_warned
     run_dir = tmp_path / "run"
     r = cli("bench", "chem", "--data", str(rows), "--mode", "both", "--model", "m", "--base-url", srv.url,
             "--image", docker_image, "--max-steps", "2", "--tool-format", tool_format, "--concurrency", "4",
-            "--output-dir", str(run_dir))
+            "--out", str(run_dir))
     assert r.returncode == 0, r.stderr[-2000:]
     out = " ".join(r.stdout.split())  # the console wraps long lines
     assert "warning: chem: 5 of the first 5 sandbox-mode samples made no tool call" in out  # during the run

@@ -21,7 +21,7 @@ SCRIPT = {"turns": [{"tool": "execute_bash", "args": {"command": "mkdir -p /test
 def test_run_with_environment_variables_and_json(scripted, tmp_path, docker_image):
     srv = scripted(SCRIPT)
     env = {"INSANDBOX_MODEL": "scripted", "INSANDBOX_BASE_URL": srv.url, "OPENAI_API_KEY": "sk-from-env"}
-    r = cli("run", "Answer 42", "--output-dir", str(tmp_path / "run"), "--image", docker_image, "--json",
+    r = cli("run", "Answer 42", "--out", str(tmp_path / "run"), "--image", docker_image, "--json",
             "--max-steps", "5", "--temperature", "0.5", "--max-tokens", "100", "--timeout-per-command", "30",
             "--extra-body", '{"top_k": 20}', env=env)
     assert r.returncode == 0, r.stderr
@@ -37,7 +37,7 @@ def test_run_with_environment_variables_and_json(scripted, tmp_path, docker_imag
 
 def test_model_name_comes_from_the_server_when_not_given(scripted, tmp_path, docker_image):
     srv = scripted({"name": "served-model", **SCRIPT})
-    r = cli("run", "x", "--base-url", srv.url, "--output-dir", str(tmp_path), "--image", docker_image, "-q")
+    r = cli("run", "x", "--base-url", srv.url, "--out", str(tmp_path), "--image", docker_image, "-q")
     assert r.returncode == 0, r.stderr
     assert srv.requests[0]["params"]["model"] == "served-model"
 
@@ -53,12 +53,15 @@ def test_bad_input_gets_a_clear_error(scripted, tmp_path):
     assert r.returncode == 2 and "no task" in r.stderr
 
 
-def test_model_server_down_exits_1_and_keeps_the_record(tmp_path, docker_image):
-    r = cli("run", "x", "--model", "m", "--base-url", "http://127.0.0.1:9/v1", "--max-retries", "0",
-            "--output-dir", str(tmp_path), "--image", docker_image, "-q")
+def test_model_server_failing_exits_1_and_keeps_the_record(scripted, tmp_path, docker_image):
+    """A server that answers its model list but fails every request (a server down before the run is one
+    line before anything starts: test_failures.py)."""
+    srv = scripted({"turns": [{"tool": "submit"}], "faults": [{"requests": [1, 99], "status": 503}]})
+    r = cli("run", "x", "--model", "m", "--base-url", srv.url, "--max-retries", "0",
+            "--out", str(tmp_path), "--image", docker_image, "-q")
     assert r.returncode == 1
     t = json.loads((tmp_path / "trajectory.json").read_text())
-    assert t["exit_reason"] == "model_error" and "cannot reach" in t["exit_detail"]
+    assert t["exit_reason"] == "model_error" and "model server error 503" in t["exit_detail"]
     assert containers_with_label(f"insandbox.run_id={t['run_id']}") == []
 
 
@@ -67,7 +70,7 @@ def test_signal_saves_the_run_and_removes_the_container(scripted, tmp_path, dock
     srv = scripted({"turns": [{"tool": "execute_bash", "args": {"command": "echo started"}},
                               {"tool": "execute_bash", "args": {"command": "sleep 600"}}]})
     exe = Path(sys.executable).parent / "insandbox"
-    proc = subprocess.Popen([str(exe), "run", "x", "--model", "m", "--base-url", srv.url, "--output-dir",
+    proc = subprocess.Popen([str(exe), "run", "x", "--model", "m", "--base-url", srv.url, "--out",
                              str(tmp_path), "--image", docker_image, "-q"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     owner = owner_of(proc.pid)
@@ -108,9 +111,9 @@ def test_clean_removes_only_leftovers(docker_image):
 
 
 def test_image_status_reports_size(docker_image):
-    r = cli("image", "status", "--tag", docker_image)
+    r = cli("image", "status", "--image", docker_image)
     assert r.returncode == 0 and "MB" in r.stdout
-    r = cli("image", "status", "--tag", "insandbox:does-not-exist")
+    r = cli("image", "status", "--image", "insandbox:does-not-exist")
     assert r.returncode == 1 and "does not exist" in r.stderr
 
 
@@ -140,21 +143,22 @@ def test_every_command_without_a_docker_engine_says_so_in_one_line(scripted, tmp
     command that needs the engine now says it cannot reach it, in one line, and exits 1."""
     srv = scripted(SCRIPT)
     recorded = tmp_path / "recorded"  # a run folder for replay and fork, made while the engine is there
-    r = cli("run", "x", "--model", "m", "--base-url", srv.url, "--image", docker_image, "--output-dir",
+    r = cli("run", "x", "--model", "m", "--base-url", srv.url, "--image", docker_image, "--out",
             str(recorded), "-q")
     assert r.returncode == 0, r.stderr
     rows = tmp_path / "rows.jsonl"
     rows.write_text(json.dumps({"id": "q1", "problem_statement": "Which one?\nA. x\nB. y", "ground_truth": "A"}))
     model = ["--model", "m", "--base-url", srv.url]
     needs_engine = {
-        "run": ["run", "x", *model, "--output-dir", str(tmp_path / "run")],
-        "bench": ["bench", "chem", "--data", str(rows), *model, "--output-dir", str(tmp_path / "bench")],
+        "run": ["run", "x", *model, "--out", str(tmp_path / "run")],
+        "bench": ["bench", "chem", "--data", str(rows), *model, "--out", str(tmp_path / "bench")],
         "replay": ["replay", str(recorded)],
-        "fork": ["fork", str(recorded), "--step", "1", *model, "--output-dir", str(tmp_path / "fork")],
+        "fork": ["fork", str(recorded), "--step", "1", *model, "--out", str(tmp_path / "fork")],
         "clean": ["clean"],
-        "image build": ["image", "build", "--tag", "insandbox:never-built"],
+        "image build": ["image", "build", "--image", "insandbox:never-built"],
         "image build-proxy": ["image", "build-proxy"],
         "image status": ["image", "status"],
+        "image export": ["image", "export", "--out", str(tmp_path / "rootfs.tar")],
         "rl rollout": ["rl", "rollout", "--data", str(SMOKE_TASKS), "--out", str(tmp_path / "rollouts"), "--limit",
                        "1"],
         "rl train": ["rl", "train", "--preset", "smoke", "--out", str(tmp_path / "train"), "--limit", "1"],
@@ -170,7 +174,7 @@ def test_every_command_without_a_docker_engine_says_so_in_one_line(scripted, tmp
             env=no_engine)
     assert r.returncode == 0 and "75.0%" in r.stdout, r.stderr
     # plain mode has no sandbox: it runs without the engine
-    r = cli("run", "x", *model, "--mode", "llm", "--output-dir", str(tmp_path / "plain"), "-q", env=no_engine)
+    r = cli("run", "x", *model, "--mode", "llm", "--out", str(tmp_path / "plain"), "-q", env=no_engine)
     assert r.returncode == 0, r.stderr
 
 
@@ -202,16 +206,16 @@ def test_a_command_without_its_extra_names_the_extra_in_one_line(scripted, tmp_p
          "insandbox: report needs scipy, from insandbox's bench extra: pip install 'insandbox[bench]'"),
         (["matplotlib"], ["report", str(report_run), "--out", str(tmp_path / "r2")],
          "insandbox: report needs matplotlib, from insandbox's bench extra: pip install 'insandbox[bench]'"),
-        (["scipy"], ["bench", "chem", "--data", str(rows), "--mode", "llm", *model, "--output-dir",
+        (["scipy"], ["bench", "chem", "--data", str(rows), "--mode", "llm", *model, "--out",
                      str(tmp_path / "b1")],
          "insandbox: bench needs scipy, from insandbox's bench extra: pip install 'insandbox[bench]'"),
-        (["math_verify"], ["bench", "math", "--data", str(rows), "--mode", "llm", *model, "--output-dir",
+        (["math_verify"], ["bench", "math", "--data", str(rows), "--mode", "llm", *model, "--out",
                            str(tmp_path / "b2")],
          "insandbox: bench needs math_verify, from insandbox's bench extra: pip install 'insandbox[bench]'"),
         (["torch", "transformers", "trl"], ["rl", "train", "--preset", "smoke", "--out", str(tmp_path / "t")],
          "insandbox: rl train needs torch, from insandbox's rl extra: pip install 'insandbox[rl]' (install the "
          "torch build for your hardware first)"),
-        (["transformers"], ["rl", "rollout", "--data", str(SMOKE_TASKS), "--model", "some/model", "--out",
+        (["transformers"], ["rl", "rollout", "--data", str(SMOKE_TASKS), "--policy", "some/model", "--out",
                             str(tmp_path / "ro"), "--limit", "1"],
          "insandbox: rl rollout needs transformers, from insandbox's rl extra: pip install 'insandbox[rl]'"),
     ]
@@ -228,7 +232,7 @@ def test_image_is_built_on_first_use(scripted, tmp_path, docker_image):
     subprocess.run(["docker", "rmi", tag], capture_output=True)
     srv = scripted({"turns": [{"tool": "submit"}]})
     try:
-        r = cli("run", "x", "--model", "m", "--base-url", srv.url, "--output-dir", str(tmp_path), "--image", tag,
+        r = cli("run", "x", "--model", "m", "--base-url", srv.url, "--out", str(tmp_path), "--image", tag,
                 "-q", timeout=900)
         assert r.returncode == 0, r.stderr
         assert "not found: building it" in r.stdout and "built insandbox:first-use-test" in r.stdout
@@ -244,11 +248,12 @@ def _one_clear_line(r: subprocess.CompletedProcess) -> str:
     return lines[0]
 
 
-def test_bad_arguments_exit_2_with_one_line_and_create_nothing(tmp_path, docker_image):
+def test_bad_arguments_exit_2_with_one_line_and_create_nothing(scripted, tmp_path, docker_image):
     """Regressions: --query-file /nonexistent gave a traceback and rc 1; --network nonsense was
     accepted, failed as sandbox_error and left a run folder; a missing --input-dir printed pydantic."""
     run_dir = tmp_path / "run"
-    base = ["--model", "m", "--base-url", "http://127.0.0.1:9/v1", "--output-dir", str(run_dir)]
+    srv = scripted({"turns": [{"tool": "submit"}]})  # a server that answers: the model server is no mistake here
+    base = ["--model", "m", "--base-url", srv.url, "--out", str(run_dir)]
     assert "--query-file /nonexistent: No such file" in _one_clear_line(
         cli("run", "--query-file", "/nonexistent", *base))
     assert "--network 'nonsense': no such Docker network (known: bridge, host, none" in _one_clear_line(
@@ -281,7 +286,7 @@ def test_bench_takes_every_run_option_and_every_option_has_help():
     def options(cmd) -> set[str]:
         return {o for p in cmd.params if p.param_type_name == "option" for o in p.opts}
 
-    run_only = {"--query-file", "--mode", "--input-dir", "--output-dir", "--quiet", "-q", "--json"}
+    run_only = {"--query-file", "--mode", "--input-dir", "--out", "--quiet", "-q", "--json"}
     missing = options(commands["run"]) - run_only - options(commands["bench"])
     assert not missing, f"bench lacks {missing}"
     for needed in ("--prompt-config", "--env", "--output-limit", "--max-retries", "--request-timeout",
@@ -297,7 +302,7 @@ def test_request_timeout_and_send_reasoning_reach_the_model_client(scripted, tmp
     srv = scripted({"turns": [{"tool": "execute_bash", "args": {"command": "true"}, "reasoning_content": "I think"},
                               {"tool": "submit", "latency": 2.0}]})
     r = cli("run", "x", "--model", "m", "--base-url", srv.url, "--send-reasoning", "--request-timeout", "0.5",
-            "--max-retries", "0", "--output-dir", str(tmp_path), "--image", docker_image, "-q", "--json")
+            "--max-retries", "0", "--out", str(tmp_path), "--image", docker_image, "-q", "--json")
     assert r.returncode == 1, r.stderr
     out = json.loads(r.stdout)
     assert out["exit_reason"] == "model_error" and "within 0.5s" in out["exit_detail"]
@@ -310,11 +315,11 @@ def test_request_timeout_and_send_reasoning_reach_the_model_client(scripted, tmp
 
 def test_host_network_is_warned_about_every_time(tmp_path):
     for command in (["run", "x"], ["bench", "chem"]):
-        r = cli(*command, "--network", "host", "--extra-body", "[1]", "--output-dir", str(tmp_path / "o"))
+        r = cli(*command, "--network", "host", "--extra-body", "[1]", "--out", str(tmp_path / "o"))
         assert r.returncode == 2 and "--extra-body must be a JSON object" in r.stderr
         assert "warning: --network host gives the sandbox this machine's network" in r.stderr
         assert "model server included" in r.stderr
-    r = cli("run", "x", "--network", "none", "--extra-body", "[1]", "--output-dir", str(tmp_path / "o"))
+    r = cli("run", "x", "--network", "none", "--extra-body", "[1]", "--out", str(tmp_path / "o"))
     assert r.returncode == 2 and "warning" not in r.stderr
 
 
@@ -324,7 +329,7 @@ def test_run_prints_its_cost_and_a_bad_price_file_is_one_line(scripted, tmp_path
     prices.write_text("prices:\n  priced-model: {input: 1, output: 2}\n")
     srv = scripted({"turns": [{"content": "42", "usage": {"prompt_tokens": 1000, "completion_tokens": 500}}]})
     base = ["--mode", "llm", "--model", "priced-model", "--base-url", srv.url]
-    r = cli("run", "q", *base, "--prices", str(prices), "--output-dir", str(tmp_path / "run"), "--json", env=env)
+    r = cli("run", "q", *base, "--prices", str(prices), "--out", str(tmp_path / "run"), "--json", env=env)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["totals"]["cost_usd"] == 0.002 and out["price"]["entry"] == "priced-model"  # 1000 x 1 + 500 x 2
@@ -333,7 +338,7 @@ def test_run_prints_its_cost_and_a_bad_price_file_is_one_line(scripted, tmp_path
     bad.write_text("prices:\n  priced-model: {input: 1, output: 2, cached: 0.5}\n")
     for command in ("run", "bench"):
         line = _one_clear_line(cli(command, "q" if command == "run" else "chem", *base, "--prices", str(bad),
-                                   "--output-dir", str(tmp_path / f"bad-{command}"), env=env))
+                                   "--out", str(tmp_path / f"bad-{command}"), env=env))
         assert line == f"insandbox: {bad}: prices.priced-model.cached: unknown key (known: input, output, " \
                        "cache_read, cache_write, note)"
         assert not (tmp_path / f"bad-{command}").exists()
@@ -366,3 +371,24 @@ def test_view_serves_a_folder_and_says_where(tmp_path):
     r = cli("view", str(tmp_path / "runs"), "--host", "no-such-host.invalid", "--no-open")
     assert r.returncode == 2 and "cannot listen" in r.stderr
     assert "warning: listening on no-such-host.invalid" in r.stderr
+
+
+def test_version_is_the_packages():
+    """Regression: there was no `insandbox --version`."""
+    import insandbox
+
+    r = cli("--version")
+    assert r.returncode == 0 and r.stdout == f"insandbox {insandbox.__version__}\n" and r.stderr == ""
+
+
+def test_image_export_refuses_what_it_cannot_write_in_one_line(tmp_path, docker_image):
+    """`insandbox image export` (the README's first step without Docker; tests/sandbox/bwrap/test_recipe.py runs
+    the whole recipe): a folder that holds files, an image that is not there."""
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "mine.txt").write_text("keep")
+    r = cli("image", "export", "--image", docker_image, "--out", str(tmp_path / "full"))
+    assert r.returncode == 2 and r.stderr == f"insandbox: --out {tmp_path / 'full'} is not empty\n", r.stderr
+    assert (tmp_path / "full" / "mine.txt").read_text() == "keep"
+    r = cli("image", "export", "--image", "insandbox:never-built", "--out", str(tmp_path / "r.tar"))
+    assert r.returncode == 1 and r.stderr.startswith("insandbox: insandbox:never-built does not exist; build it with")
+    assert not (tmp_path / "r.tar").exists()

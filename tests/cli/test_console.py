@@ -128,7 +128,7 @@ def test_a_lone_surrogate_in_a_call_is_shown_on_a_pipe_and_the_run_goes_on(scrip
     the run ended internal_error. The regression test of the tool layer ran with -q, so it passed."""
     srv = _surrogate_server(scripted)
     r = cli("run", "Print it.", "--base-url", srv.url, "--model", "m", "--image", docker_image,
-            "--output-dir", str(tmp_path / "run"))
+            "--out", str(tmp_path / "run"))
     assert r.returncode == 0, r.stderr[-2000:]
     _check_surrogate_run(r.stdout, tmp_path / "run")
 
@@ -139,7 +139,7 @@ def test_a_lone_surrogate_in_a_call_is_shown_on_a_terminal_and_the_run_goes_on(s
     fcntl.ioctl(child, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 200, 0, 0))  # 200 columns: nothing wraps
     exe = Path(sys.executable).parent / "insandbox"
     proc = subprocess.Popen([str(exe), "run", "Print it.", "--base-url", srv.url, "--model", "m", "--image",
-                             docker_image, "--output-dir", str(tmp_path / "run")],
+                             docker_image, "--out", str(tmp_path / "run")],
                             stdin=subprocess.DEVNULL, stdout=child, stderr=child,
                             env={**os.environ, "TERM": "xterm-256color"})
     os.close(child)

@@ -168,14 +168,14 @@ def test_ray_refuses_the_embedded_model_and_an_address_nobody_answers(tmp_path):
     data = tmp_path / "rows.jsonl"
     data.write_text(json.dumps({"id": "a", "problem_statement": "x", "ground_truth": "y"}) + "\n")
     out = tmp_path / "run"
-    r = cli("bench", "math", "--data", str(data), "--ray", "auto", "--output-dir", str(out), "-q",
+    r = cli("bench", "math", "--data", str(data), "--ray", "auto", "--out", str(out), "-q",
             env={"INSANDBOX_MODEL": "", "INSANDBOX_BASE_URL": ""})
     assert r.returncode == 2 and "--ray needs a model server every node can reach" in r.stderr
     r = cli("bench", "math", "--data", str(data), "--model", "m", "--base-url", "http://127.0.0.1:9/v1",
-            "--ray", "127.0.0.1:1", "--output-dir", str(out), "-q")
+            "--ray", "127.0.0.1:1", "--out", str(out), "-q")
     assert r.returncode == 2 and "--ray 127.0.0.1:1: no Ray cluster answers there" in r.stderr
     r = cli("bench", "math", "--data", str(data), "--model", "m", "--base-url", "http://127.0.0.1:9/v1",
-            "--ray", "head-without-port", "--output-dir", str(out), "-q")
+            "--ray", "head-without-port", "--out", str(out), "-q")
     assert r.returncode == 2 and "give auto or the head node's HOST:PORT" in r.stderr
     assert not out.exists()  # nothing was created
 

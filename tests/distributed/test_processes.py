@@ -119,7 +119,7 @@ def test_ctrl_c_stops_the_workers_and_removes_their_sandboxes(scripted, tmp_path
     srv = scripted({"turns": _answer(steps=20, latency=0.3)})
     cfg = _bench(tmp_path, [f"s{i}" for i in range(4)], srv.url, concurrency=4)
     cmd = [sys.executable, "-m", "insandbox", "bench", str(tmp_path / "probe.yaml"), "--data", str(cfg.data),
-           "--model", "scripted", "--base-url", srv.url, "--output-dir", str(cfg.output_dir), "--processes", "2",
+           "--model", "scripted", "--base-url", srv.url, "--out", str(cfg.output_dir), "--processes", "2",
            "--concurrency", "4", "--max-steps", "30", "-q"]
     driver = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     pids: set[int] = set()
@@ -141,13 +141,13 @@ def test_processes_refuse_ray_the_embedded_model_and_less_than_one(tmp_path):
     data.write_text(json.dumps({"id": "a", "problem_statement": "x", "ground_truth": "y"}) + "\n")
     out = tmp_path / "run"
     server = ["--model", "m", "--base-url", "http://127.0.0.1:9/v1"]
-    r = cli("bench", "math", "--data", str(data), "--processes", "2", "--output-dir", str(out), "-q",
+    r = cli("bench", "math", "--data", str(data), "--processes", "2", "--out", str(out), "-q",
             env={"INSANDBOX_MODEL": "", "INSANDBOX_BASE_URL": ""})
     assert r.returncode == 2 and "--processes needs a model server (--model and --base-url)" in r.stderr
     r = cli("bench", "math", "--data", str(data), *server, "--processes", "2", "--ray", "auto",
-            "--output-dir", str(out), "-q")
+            "--out", str(out), "-q")
     assert r.returncode == 2 and "--processes and --ray: choose one" in r.stderr
-    r = cli("bench", "math", "--data", str(data), *server, "--processes", "0", "--output-dir", str(out), "-q")
+    r = cli("bench", "math", "--data", str(data), *server, "--processes", "0", "--out", str(out), "-q")
     assert r.returncode == 2 and "--processes" in r.stderr
     assert not out.exists()  # nothing was created
 

@@ -53,8 +53,8 @@ def test_rl_rollout_ray_with_the_embedded_model(ray_cluster, tmp_path, docker_im
     data = tmp_path / "rows.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
     out = tmp_path / "out"
-    r = cli("rl", "rollout", "--data", str(data), "--out", str(out), "--n", "1", "--concurrency", "2",
-            "--max-turns", "1", "--max-tokens-per-turn", "16", "--max-response-tokens", "256", "--image", docker_image,
+    r = cli("rl", "rollout", "--data", str(data), "--out", str(out), "--repeats", "1", "--concurrency", "2",
+            "--max-steps", "1", "--max-tokens", "16", "--max-response-tokens", "256", "--image", docker_image,
             "--ray", ray_cluster.address, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     records = [json.loads(line) for line in (out / "rollouts.jsonl").read_text().splitlines()]

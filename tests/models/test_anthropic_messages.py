@@ -194,7 +194,7 @@ def test_a_run_through_the_messages_api_records_cache_tokens_and_time_to_first_t
     srv = scripted({"turns": [{"tool": "execute_bash", "args": {"command": "echo hi > /testbed/answer.txt"},
                                "reasoning_content": "write it"}, {"tool": "submit"}]})
     res = cli("run", "say hi", "--provider", "anthropic", "--model", "claude-test", "--base-url", srv.url,
-              "--thinking-budget", "1024", "--stream", "--output-dir", str(tmp_path / "run"), "--image", docker_image,
+              "--thinking-budget", "1024", "--stream", "--out", str(tmp_path / "run"), "--image", docker_image,
               env={"ANTHROPIC_API_KEY": "sk-ant-test"})
     assert res.returncode == 0, res.stderr
     traj = Trajectory.load(tmp_path / "run" / "trajectory.json")
@@ -228,7 +228,7 @@ def test_bench_runs_unchanged_through_the_messages_api_in_both_modes(scripted, t
     prices = tmp_path / "prices.yaml"  # a loopback server is free unless the user's own table prices it
     prices.write_text("prices:\n  claude-sonnet-4-5: {input: 3, cache_read: 0.3, cache_write: 3.75, output: 15}\n")
     r = cli("bench", "chem", "--data", str(rows), "--mode", "both", "--model", "anthropic/claude-sonnet-4-5",
-            "--base-url", srv.url, "--image", docker_image, "--stream", "--output-dir", str(run_dir), "-q",
+            "--base-url", srv.url, "--image", docker_image, "--stream", "--out", str(run_dir), "-q",
             "--prices", str(prices), env={"ANTHROPIC_API_KEY": "sk-ant-test"})
     assert r.returncode == 0, r.stderr
     records = [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]

@@ -62,7 +62,7 @@ def wait_until(cond, timeout=10.0) -> bool:
 
 def test_run_with_no_model_configured_uses_the_embedded_model(tmp_path, docker_image):
     before = set(server_pids())
-    r = cli("run", TASK, "--max-steps", "2", "--output-dir", str(tmp_path), "--image", docker_image, "--json",
+    r = cli("run", TASK, "--max-steps", "2", "--out", str(tmp_path), "--image", docker_image, "--json",
             env=NO_MODEL_ENV, timeout=600)
     assert r.returncode == 0, r.stderr
     assert "embedded local model" in r.stderr and "SmolLM2" in r.stderr
@@ -106,7 +106,7 @@ def test_server_stops_cleanly_after_use_and_when_the_run_fails(run_async, tmp_pa
 def test_a_bad_model_file_fails_clearly(tmp_path, docker_image):
     bad = tmp_path / "not-a-model.gguf"
     bad.write_bytes(b"this is not a GGUF file")
-    r = cli("run", "x", "--gguf", str(bad), "--output-dir", str(tmp_path / "r"), "--image", docker_image, "-q",
+    r = cli("run", "x", "--gguf", str(bad), "--out", str(tmp_path / "r"), "--image", docker_image, "-q",
             env=NO_MODEL_ENV)
     assert r.returncode == 1
     t = json.loads((tmp_path / "r/trajectory.json").read_text())

@@ -356,7 +356,7 @@ def test_a_run_cut_at_max_tokens_shows_it_once_on_the_console_and_records_it(tmp
                reply(200, chat_completion(None, (("submit", "{}"),), "tool_calls"))]
     with Misbehaving(answers) as srv:
         r = cli("run", "write long.py", "--model", "m", "--base-url", srv.url, "--max-tokens", "64", "--image",
-                docker_image, "--output-dir", str(tmp_path / "run"), env={"COLUMNS": "400"})
+                docker_image, "--out", str(tmp_path / "run"), env={"COLUMNS": "400"})
     assert r.returncode == 0, r.stderr
     assert r.stdout.count("raise --max-tokens if this happens often") == 1, r.stdout
     t = Trajectory.load(tmp_path / "run" / "trajectory.json")

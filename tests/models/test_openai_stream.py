@@ -97,7 +97,7 @@ def test_a_streamed_run_shows_tokens_as_they_come_and_records_logprobs(scripted,
     srv = scripted({"turns": [{"tool": "execute_bash", "args": {"command": "echo 42 > /testbed/answer.txt"},
                                "content": "Writing the answer now."}, {"tool": "submit"}]})
     res = cli("run", "answer", "--model", "m", "--base-url", srv.url, "--stream", "--logprobs",
-              "--output-dir", str(tmp_path / "run"), "--image", docker_image)
+              "--out", str(tmp_path / "run"), "--image", docker_image)
     assert res.returncode == 0, res.stderr
     assert "streaming" in res.stdout and "Writing the answer now." in res.stdout and "first token" in res.stdout
     traj = Trajectory.load(tmp_path / "run" / "trajectory.json")

@@ -228,7 +228,7 @@ def test_the_command_exits_1_with_the_reason_and_keeps_the_record(scripted, tmp_
     """A permanent 5xx after a step: exit 1, the reason on stderr, the run so far saved."""
     srv = scripted({"turns": [{"tool": "execute_bash", "args": {"command": "echo one > /testbed/answer.txt"}},
                               {"tool": "submit", "fail": {"status": 500, "message": "overloaded", "times": 99}}]})
-    r = cli("run", "x", "--model", "m", "--base-url", srv.url, "--max-retries", "1", "--output-dir",
+    r = cli("run", "x", "--model", "m", "--base-url", srv.url, "--max-retries", "1", "--out",
             str(tmp_path), "--image", docker_image, "-q", "--json")
     assert r.returncode == 1, r.stderr
     summary = json.loads(r.stdout)
@@ -245,7 +245,7 @@ def test_the_command_exits_1_with_the_reason_and_keeps_the_record(scripted, tmp_
 def test_the_command_times_out_a_hung_server_by_request_timeout(scripted, tmp_path):
     srv = scripted({"turns": [], "llm_turns": [{"content": "x", "fail": {"hang": True, "times": 99}}]})
     r = cli("run", "x", "--mode", "llm", "--model", "m", "--base-url", srv.url, "--request-timeout", "1",
-            "--max-retries", "1", "--output-dir", str(tmp_path), "-q", "--json", timeout=60)
+            "--max-retries", "1", "--out", str(tmp_path), "-q", "--json", timeout=60)
     assert r.returncode == 1, r.stderr
     detail = json.loads(r.stdout)["exit_detail"]
     assert detail.startswith("the model server did not answer within 1s (2 tries in ") and "timeout x2" in detail

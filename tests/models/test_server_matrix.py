@@ -126,7 +126,7 @@ def test_bench_runs_unchanged_against_each_server(server, api, request, llama_cp
             "anthropic" if api == "messages" else "openai", "--model", srv.model,
             "--base-url", srv.root_url if api == "messages" else srv.base_url, "--max-steps", "2",
             "--max-tokens", "24", "--temperature", "0", "--tool-format", "text", "--image", docker_image,
-            "--output-dir", str(run_dir), "-q")
+            "--out", str(run_dir), "-q")
     assert r.returncode == 0, r.stderr
     records = [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
     assert sorted(x["mode"] for x in records) == ["llm", "sandbox"]

@@ -29,7 +29,7 @@ def test_fork_at_step_2_gives_each_branch_the_state_of_step_2_and_nothing_of_the
     original = scripted(ORIGINAL)
     run_async(arun("do it", model="orig", base_url=original.url, output_dir=run, image=docker_image, max_steps=10))
     branch_model = scripted(BRANCH)
-    r = cli("fork", str(run), "--step", "2", "--n", "2", "--model", "brancher", "--base-url", branch_model.url,
+    r = cli("fork", str(run), "--step", "2", "--branches", "2", "--model", "brancher", "--base-url", branch_model.url,
             "--prompt-append", "What if you checked the state?", "--json")
     assert r.returncode == 0, r.stderr
     summary = json.loads(r.stdout)
@@ -52,7 +52,7 @@ def test_fork_at_step_2_gives_each_branch_the_state_of_step_2_and_nothing_of_the
         assert "the original went on" not in json.dumps(sent)
     assert "2 branches after step 2" in r.stderr
 
-    r = cli("fork", str(run), "--step", "9", "--n", "2", "--base-url", branch_model.url)
+    r = cli("fork", str(run), "--step", "9", "--branches", "2", "--base-url", branch_model.url)
     assert r.returncode == 2 and "--step 9: the run has steps 1..4" in r.stderr
 
 

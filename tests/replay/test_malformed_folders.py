@@ -161,7 +161,7 @@ def assert_one_line(r: subprocess.CompletedProcess, case: str) -> str:
 def commands(run: Path, blocked: Path) -> list[list[str]]:
     """replay and fork of `run`, each stopped by a refusal after the folder's checks should the folder pass."""
     return [["replay", str(run), "--backend", "no-such-backend"],
-            ["fork", str(run), "--step", "1", "--n", "1", "--base-url", DEAD_SERVER, "--output-dir", str(blocked)]]
+            ["fork", str(run), "--step", "1", "--branches", "1", "--base-url", DEAD_SERVER, "--out", str(blocked)]]
 
 
 @pytest.fixture

@@ -45,7 +45,7 @@ def test_a_deterministic_run_replays_identically_with_its_in_memory_inputs(scrip
     assert (report.steps_replayed, report.calls, report.identical, report.differing) == (6, 6, 6, 0)
     assert report.first_divergence is None
 
-    r = cli("replay", str(run), "--json", str(tmp_path / "report.json"))
+    r = cli("replay", str(run), "--out", str(tmp_path / "report.json"))
     assert r.returncode == 0, r.stderr
     assert "6 identical, 0 differ; first divergence: none" in r.stdout
     saved = json.loads((tmp_path / "report.json").read_text())
@@ -74,7 +74,7 @@ def test_a_varying_command_differs_at_its_step_and_ignore_patterns_mask_it(scrip
     srv = scripted(NOISY)
     run = tmp_path / "run"
     _record(run_async, srv, run, docker_image)
-    r = cli("replay", str(run), "--json", str(tmp_path / "report.json"))
+    r = cli("replay", str(run), "--out", str(tmp_path / "report.json"))
     assert r.returncode == 0, r.stderr  # differences are findings, not failures
     assert "first divergence: step 2, call 1 (execute_bash)" in r.stdout
     report = json.loads((tmp_path / "report.json").read_text())

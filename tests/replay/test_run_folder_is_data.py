@@ -114,7 +114,7 @@ def refused(tmp_path: Path, *args: str, timeout: float = 120) -> str:
 def test_a_host_folder_named_as_the_runs_input_dir_is_never_read(recorded, tmp_path, bait):
     run = _copy(recorded, tmp_path)
     _edit(run, lambda t: t["task"].update(input_dir=str(bait)))
-    for cmd in (["replay", str(run)], ["fork", str(run), "--step", "1", "--n", "1", "--base-url",
+    for cmd in (["replay", str(run)], ["fork", str(run), "--step", "1", "--branches", "1", "--base-url",
                                         recorded[1].url]):
         line = refused(tmp_path, *cmd)
         assert f"host folder {bait}" in line and "pass --input-dir" in line
@@ -130,7 +130,7 @@ def test_inputs_that_are_links_out_of_the_run_folder_are_not_followed(recorded, 
     kept.symlink_to(bait / "id_rsa")  # the file itself
     line = refused(tmp_path, "replay", str(run))
     assert f"{kept} is a symbolic link" in line
-    line = refused(tmp_path, "fork", str(run), "--step", "1", "--n", "1", "--base-url", recorded[1].url)
+    line = refused(tmp_path, "fork", str(run), "--step", "1", "--branches", "1", "--base-url", recorded[1].url)
     assert f"{kept} is a symbolic link" in line
 
     shutil.rmtree(run / "inputs/notes")
@@ -215,7 +215,7 @@ def test_host_network_and_capabilities_are_granted_only_on_the_command_line(reco
     assert "--cap-add SYS_ADMIN" in refused(tmp_path, "replay", str(run), "--network", "host")
 
     grant = ["--network", "host", *[x for c in caps for x in ("--cap-add", c)]]
-    r = cli("replay", str(run), *grant, "--json", str(tmp_path / "report.json"))
+    r = cli("replay", str(run), *grant, "--out", str(tmp_path / "report.json"))
     assert r.returncode == 0, r.stderr
     assert ("granted from the command line: --network host, --cap-add SYS_ADMIN --cap-add NET_ADMIN "
             "--cap-add SYS_PTRACE") in r.stderr
@@ -223,7 +223,7 @@ def test_host_network_and_capabilities_are_granted_only_on_the_command_line(reco
     assert mount["status"] == "differs" and "+MOUNTED" in mount["diff"]  # recorded without the capability
     # and without the grant the same call cannot mount: the recorded settings were not applied
     _edit(run, lambda t: t["config"].update(network="bridge", cap_add=[]))
-    r = cli("replay", str(run), "--json", str(tmp_path / "report.json"))
+    r = cli("replay", str(run), "--out", str(tmp_path / "report.json"))
     assert r.returncode == 0 and "granted" not in r.stderr, r.stderr
     assert json.loads((tmp_path / "report.json").read_text())["comparisons"][1]["status"] == "same"
 
@@ -262,7 +262,7 @@ def test_a_fork_never_writes_through_a_link_in_the_run_folder(recorded, tmp_path
     branch = run / "forks/step-1/branch-1"
     branch.mkdir(parents=True)
     (branch / "files").symlink_to(bait)
-    args = ["fork", str(run), "--step", "1", "--n", "1", "--base-url", recorded[1].url]
+    args = ["fork", str(run), "--step", "1", "--branches", "1", "--base-url", recorded[1].url]
     assert f"{branch} already exists and is not empty" in refused(tmp_path, *args)
     shutil.rmtree(branch)
     empty = tmp_path / "empty"
@@ -279,7 +279,7 @@ def test_a_fork_never_writes_through_a_link_in_the_run_folder(recorded, tmp_path
     (run / "forks/step-1/branch-1").mkdir(parents=True)  # an empty folder is fine
     srv = ScriptedServer(BRANCH).start()
     try:
-        r = cli("fork", str(run), "--step", "1", "--n", "1", "--base-url", srv.url, "--json")
+        r = cli("fork", str(run), "--step", "1", "--branches", "1", "--base-url", srv.url, "--json")
     finally:
         srv.stop()
     assert r.returncode == 0, r.stderr
@@ -384,7 +384,7 @@ def test_a_fork_sends_nothing_to_a_model_server_the_run_folder_names_even_on_loo
                 _edit(run, lambda t, url=url, p=provider, m=model: t["config"].update(base_url=url, provider=p,
                                                                                      model=m))
                 for extra in ([], ["--model", "other"], ["--api-key", "sk-given-on-the-line"]):
-                    line = refused(tmp_path, "fork", str(run), "--step", "1", "--n", "1", *extra)
+                    line = refused(tmp_path, "fork", str(run), "--step", "1", "--branches", "1", *extra)
                     assert "pass --base-url" in line and not any(v in line for v in CREDENTIALS.values()), line
         assert listener.received == [] and remote.requests == []  # not a connection, let alone a key
 
@@ -392,8 +392,8 @@ def test_a_fork_sends_nothing_to_a_model_server_the_run_folder_names_even_on_loo
         for provider, model, path in (("openai", "m", b"/chat/completions"),
                                       ("anthropic", "anthropic/claude-x", b"/messages")):
             listener.received.clear()
-            r = cli("fork", str(run), "--step", "1", "--n", "1", "-q", "--base-url", listener.url(), "--provider",
-                    provider, "--model", model, "--output-dir", str(tmp_path / provider))
+            r = cli("fork", str(run), "--step", "1", "--branches", "1", "-q", "--base-url", listener.url(),
+                    "--provider", provider, "--model", model, "--out", str(tmp_path / provider))
             assert r.returncode == 1, r.stderr  # the branch failed on the 400, as it should
             sent = [req for req in listener.received if path in req.split(b"\r\n", 1)[0]]
             assert sent and all(b"sk-insandbox-9f2c" in req for req in sent), (provider, listener.received)
@@ -402,11 +402,11 @@ def test_a_fork_sends_nothing_to_a_model_server_the_run_folder_names_even_on_loo
         _edit(run, lambda t: t["config"].update(provider="openai", extra_body={"model": "o1-pro", "n": 64},
                                                 max_steps=100_000))
         mine = remote.url.replace("0.0.0.0", "127.0.0.1")
-        line = refused(tmp_path, "fork", str(run), "--step", "1", "--n", "1", "--base-url", mine)
+        line = refused(tmp_path, "fork", str(run), "--step", "1", "--branches", "1", "--base-url", mine)
         assert """--extra-body '{"model": "o1-pro", "n": 64}' --max-steps 100000;""" in line
         assert remote.requests == []
-        r = cli("fork", str(run), "--step", "1", "--n", "1", "-q", "--base-url", mine, "--extra-body", "{}",
-                "--max-steps", "5", "--output-dir", str(tmp_path / "granted"))
+        r = cli("fork", str(run), "--step", "1", "--branches", "1", "-q", "--base-url", mine, "--extra-body", "{}",
+                "--max-steps", "5", "--out", str(tmp_path / "granted"))
         assert r.returncode == 0, r.stderr
         assert remote.requests and all("n" not in q["params"] and q["params"].get("model") != "o1-pro"
                                        for q in remote.requests), remote.requests

@@ -125,7 +125,7 @@ def test_fork_and_replay_under_gvisor(scripted, run_async, tmp_path, docker_imag
     assert "granted from the command line: --runtime gvisor" in r.stderr  # a run folder grants no runtime
     branch = scripted({"turns": [{"content": "x"}, {"tool": "execute_bash", "args": {
         "command": 'echo "$(cat /tmp/data.txt) $V" > /testbed/answer.txt'}}, {"tool": "submit"}]})
-    r = cli("fork", str(run), "--step", "1", "--n", "1", "--runtime", GVISOR, "--base-url", branch.url, "--json")
+    r = cli("fork", str(run), "--step", "1", "--branches", "1", "--runtime", GVISOR, "--base-url", branch.url, "--json")
     assert r.returncode == 0, r.stderr
     assert (run / "forks/step-1/branch-1/answer.txt").read_text() == "base kept\n"
 
@@ -163,7 +163,7 @@ def test_a_benchmark_and_rl_rollouts_under_gvisor(scripted, run_async, tmp_path,
         return f'<tool_call>\n{json.dumps({"name": name, "arguments": args})}\n</tool_call>'
 
     r = Rollouts(load_gguf_tokenizer(default_gguf()),
-                 RolloutConfig(image=docker_image, runtime=GVISOR, network="none", max_turns=4), reward_fn=exact)
+                 RolloutConfig(image=docker_image, runtime=GVISOR, network="none", max_steps=4), reward_fn=exact)
     gen = ScriptedGenerator(r.chat, [{"turns": [call("execute_bash", command=look), call("submit")]}])
     records = run_async(r.run_groups([{"id": "t", "problem_statement": "where?", "ground_truth": "gvisor"}], gen,
                                      n=2, concurrency=2))

@@ -150,7 +150,7 @@ def test_registries_mode_reaches_pypi_and_debian_and_nothing_else(sandbox_factor
 
 def _scripted_probe_run(scripted, tmp_path: Path, network: str, command: str):
     srv = scripted({"turns": [{"tool": "execute_bash", "args": {"command": command}}, {"tool": "submit"}]})
-    r = cli("run", "probe", "--model", "m", "--base-url", srv.url, "--output-dir", str(tmp_path),
+    r = cli("run", "probe", "--model", "m", "--base-url", srv.url, "--out", str(tmp_path),
             "--network", network, "-q", "--json")
     assert r.returncode == 0, r.stderr
     traj = json.loads((tmp_path / "trajectory.json").read_text())

@@ -143,7 +143,7 @@ def test_a_run_from_the_command_line(rootful, scripted, tmp_path):
         {"tool": "str_replace_editor", "args": {"command": "create", "path": "/testbed/answer.txt",
                                                 "file_text": "45\n"}},
         {"tool": "submit", "args": {}}]})
-    r = cli("run", "sum", "--model", "m", "--base-url", srv.url, "--output-dir", str(tmp_path / "run"), "-q", "--json",
+    r = cli("run", "sum", "--model", "m", "--base-url", srv.url, "--out", str(tmp_path / "run"), "-q", "--json",
             env={"DOCKER_HOST": rootful.host})
     assert r.returncode == 0, r.stderr
     traj = json.loads((tmp_path / "run" / "trajectory.json").read_text())
@@ -191,7 +191,7 @@ def test_a_benchmark_and_rl_rollouts_on_podman(rootful, scripted, tmp_path):
         return f'<tool_call>\n{json.dumps({"name": name, "arguments": args})}\n</tool_call>'
 
     r = Rollouts(load_gguf_tokenizer(default_gguf()),
-                 RolloutConfig(image=IMAGE, network="none", max_turns=4), reward_fn=exact)
+                 RolloutConfig(image=IMAGE, network="none", max_steps=4), reward_fn=exact)
     gen = ScriptedGenerator(r.chat, [{"turns": [call("execute_bash", command=look), call("submit")]}])
     records = asyncio.run(r.run_groups([{"id": "t", "problem_statement": "where?", "ground_truth": "podman"}], gen,
                                        n=2, concurrency=2))
@@ -484,9 +484,9 @@ def test_rootless_podman_refuses_the_limits_it_cannot_set(rootless, scripted, tm
     srv = scripted({"name": "m", "turns": [{"tool": "execute_bash", "args": {"command": "echo ran"}},
                                            {"tool": "submit", "args": {}}]})
     args = ["run", "t", "--model", "m", "--base-url", srv.url, "-q", "--json"]
-    refused = cli(*args, "--output-dir", str(tmp_path / "a"), env={"DOCKER_HOST": rootless.host})
+    refused = cli(*args, "--out", str(tmp_path / "a"), env={"DOCKER_HOST": rootless.host})
     assert refused.returncode != 0 and "rootless Podman" in refused.stderr, refused.stderr
-    ran = cli(*args, "--output-dir", str(tmp_path / "b"), "--memory", "none", "--cpus", "0", "--pids-limit", "0",
+    ran = cli(*args, "--out", str(tmp_path / "b"), "--memory", "none", "--cpus", "0", "--pids-limit", "0",
               env={"DOCKER_HOST": rootless.host})
     assert ran.returncode == 0, ran.stderr
     assert json.loads((tmp_path / "b" / "trajectory.json").read_text())["exit_reason"] == "submitted"

@@ -6,11 +6,11 @@ sampling (temperature, max_tokens, extra_body, send_reasoning), the sandbox (ima
 network, environment), the token and time budgets and the judge. What only changes how a
 run was carried out does not: the endpoint address and key, concurrency, retries, time-outs
 of requests, the price file, folders, which rows were selected (--limit, --ids, --data:
-pooling rows split over several runs is what --pool is for) and timestamps.
+pooling rows split over several runs is what --merge is for) and timestamps.
 
 `insandbox report` compares runs side by side, each labelled by its model and the settings
 that differ from the other runs of its task (and its folder name where two runs of one task
-have identical settings). With --pool, runs of the same task and model are pooled, and only
+have identical settings). With --merge, runs of the same task and model are pooled, and only
 when their settings are identical.
 """
 from __future__ import annotations
@@ -178,7 +178,7 @@ def units_of(run_dirs: list[Path], pool: bool = False) -> list[Unit]:
 
 
 def same_settings(units: list[Unit]) -> list[list[Unit]]:
-    """Compared runs that --pool would pool (same task and model, identical settings)."""
+    """Compared runs that --merge would pool (same task and model, identical settings)."""
     by_key: dict[str, list[Unit]] = {}
     for unit in units:
         by_key.setdefault(json.dumps(unit.settings, sort_keys=True, default=str), []).append(unit)

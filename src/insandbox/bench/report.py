@@ -1,6 +1,6 @@
 """`insandbox report RUN_DIR [RUN_DIR ...]`: what the benchmark runs say, as tables and plots.
 
-Runs are compared side by side, never pooled unless asked (`pool=True`, `--pool`: runs of the
+Runs are compared side by side, never pooled unless asked (`pool=True`, `--merge`: runs of the
 same task and model with identical settings; see experiment.py). Each compared run (or pooled
 group) has a label: its model and the settings that tell it apart. For every run x task x
 mode: accuracy with a 95% interval; sandbox minus plain on the same items of the same run with
@@ -285,17 +285,17 @@ def runs_blocks(data: dict) -> list:
     rows = [[r["run"], r["task"], ", ".join(f"`{Path(f).name}`" for f in r["folders"]),
              "; ".join(f"{k}={show(v)}" for k, v in r["differs"].items()) or "-"] for r in data["runs"]]
     if any(r["pooled"] for r in data["runs"]):
-        how = ("Pooled (`--pool`): the runs of one task and model, whose settings are identical, as one; an item's "
+        how = ("Pooled (`--merge`): the runs of one task and model, whose settings are identical, as one; an item's "
                "repeats in a later run follow those of the earlier runs, per mode, so a run's sandbox and plain "
                "samples pair with each other.")
     else:
-        how = "Each run is reported on its own (`--pool` pools runs of one task and model with identical settings)."
+        how = "Each run is reported on its own (`--merge` pools runs of one task and model with identical settings)."
     blocks = [how + " A run is labelled by its model and the settings that differ from the other runs of its task; "
               "long values (prompts) by a digest. Settings in full: report.json, `runs`.",
               Table(["run", "task", "folders", "differs in"], rows)]
     for labels in data.get("poolable", []):
         blocks.append("Same settings, reported apart: " + ", ".join(f"`{x}`" for x in labels)
-                      + " (`--pool` pools them).")
+                      + " (`--merge` pools them).")
     return blocks
 
 

@@ -24,14 +24,16 @@ from typing import Any, Literal, Optional, Protocol
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..config import ConfigError, RunConfig, restored
+from ..core import defaults
 from ..core.extras import require
 from ..core.redact import redact, secrets_in
 from ..core.trajectory import now_iso
+from ..models.endpoint import check_endpoint
 from ..models.openai_compat import OpenAIChatClient
 from ..models.pricing import PriceTable, load_prices
 from ..prompts import PromptConfig, load_prompt_overrides
 from ..runs import layout
-from ..runs.session import PoolSettings, Session, SessionObserver, settings
+from ..runs.session import PoolSettings, Session, SessionObserver, check_writable, settings
 from . import degraded, stats
 from .data import Row, load_rows
 from .sample import (
@@ -61,14 +63,14 @@ class BenchConfig(BaseModel):
     repeats: Optional[int] = Field(default=None, ge=1)  # default: the task's
     limit: Optional[int] = Field(default=None, ge=1)
     ids: Optional[list[str]] = None
-    concurrency: int = Field(default=8, ge=1)
-    retries: int = Field(default=2, ge=0)  # per sample, for infrastructure failures
-    retry_backoff_s: float = Field(default=2.0, ge=0)  # doubled at each retry, at most 30 s
-    engine_wait_s: float = Field(default=300.0, ge=0)  # how long sandbox samples wait for an engine that went away
+    concurrency: int = Field(default=defaults.CONCURRENCY, ge=1)
+    retries: int = Field(default=defaults.SAMPLE_RETRIES, ge=0)  # per sample, for infrastructure failures
+    retry_backoff_s: float = Field(default=defaults.RETRY_BACKOFF_S, ge=0)  # doubled at each retry, at most 30 s
+    engine_wait_s: float = Field(default=defaults.ENGINE_WAIT_S, ge=0)  # sandbox samples wait this for an engine
     pool: bool = True  # samples take started sandboxes from a pool (sandbox/pool.py) instead of starting their own
     recycle: bool = True  # the pool recycles a sandbox between samples where the engine allows (sandbox/recycle.py)
     pool_size: Optional[int] = Field(default=None, ge=1)  # sandboxes alive at most; default: concurrency + a few
-    max_uses: int = Field(default=100, ge=1)  # samples one recycled sandbox serves before a fresh one replaces it
+    max_uses: int = Field(default=defaults.POOL_MAX_USES, ge=1)  # samples a recycled sandbox serves, at most
     output_dir: Optional[Path] = None
     runs_root: Path = Path("runs")
     judge_model: Optional[str] = None
@@ -148,7 +150,7 @@ async def open_sample_runner(cfg: BenchConfig, task: TaskSpec, prompts: PromptCo
     progress = progress or BenchProgress()
     session = Session(settings(cfg.run, {"max_steps": max_steps}), progress, prompts=prompts, prices=prices)
     c = cfg.concurrency
-    pool = PoolSettings(size=cfg.pool_size or c + min(c, 8), recycle=cfg.recycle, max_uses=cfg.max_uses,
+    pool = PoolSettings(size=cfg.pool_size or defaults.pool_size(c), recycle=cfg.recycle, max_uses=cfg.max_uses,
                         prestart=prestart, close_wait_s=cfg.engine_wait_s) if cfg.pool else None
     await session.open(sandbox=sandbox, pool=pool)
     if not session.price.known:  # said once here; each record's cost is None
@@ -169,6 +171,8 @@ async def open_sample_runner(cfg: BenchConfig, task: TaskSpec, prompts: PromptCo
 class SampleExecutor(Protocol):
     """Where samples run instead of this process (e.g. distributed/bench.py: over a Ray cluster).
     `run` gives the sample's record once its folder is in the run folder; the run appends it."""
+
+    same_machine: bool  # its samples reach the model server from this machine (else each node looks itself)
 
     async def start(self, bench: BenchRun) -> None: ...
 
@@ -286,6 +290,9 @@ class BenchRun:
                          self.cfg.limit)
         if not rows:
             raise ConfigError("no rows to run (check --ids / --limit / --data)")
+        check_writable(self.run_dir)
+        if self.executor is None or self.executor.same_machine:  # a dead or wrong model server: before the folder
+            await check_endpoint(settings(self.cfg.run, {}))
         todo = self._open_folder(rows)
         await self._open(todo)
         total = len(rows) * self.repeats * len(self.modes)

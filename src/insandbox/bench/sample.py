@@ -32,6 +32,7 @@ from typing import Optional
 
 from ..analysis.accounting import token_breakdown
 from ..config import ConfigError
+from ..core import defaults
 from ..core.episode import ExitReason
 from ..core.errors import InsandboxError
 from ..core.trajectory import Trajectory, now_iso
@@ -268,14 +269,16 @@ class SampleRunner:
     costs, scoring. As many samples at once as the caller likes; `close` gives back what the session
     and the judge hold."""
 
-    def __init__(self, session: Session, task: TaskSpec, scorer: Scorer, run_dir: Path, *, retries: int = 2,
-                 retry_backoff_s: float = 2.0, engine: Optional[EngineWatch] = None,
+    def __init__(self, session: Session, task: TaskSpec, scorer: Scorer, run_dir: Path, *,
+                 retries: int = defaults.SAMPLE_RETRIES, retry_backoff_s: float = defaults.RETRY_BACKOFF_S,
+                 engine: Optional[EngineWatch] = None,
                  on_unwritable: Optional[Callable[[OSError], BaseException]] = None,
                  judge: Optional[ModelClient] = None):
         self.session, self.task, self.scorer = session, task, scorer
         self.run_dir = Path(run_dir)  # the benchmark folder the samples' folders go in
         self.retries, self.retry_backoff_s = retries, retry_backoff_s
-        self.engine = engine or EngineWatch(session.cfg.backend, 300.0, session.observer.on_status, self.run_dir)
+        self.engine = engine or EngineWatch(session.cfg.backend, defaults.ENGINE_WAIT_S, session.observer.on_status,
+                                            self.run_dir)
         self.on_unwritable = on_unwritable or self._unwritable
         self.judge = judge  # the scorer's model client, closed with the runner
 

@@ -19,9 +19,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional, Union
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from ..core.errors import ConfigError
+from ..core.yaml_file import read_yaml
 from ..prompts import PromptConfig
 
 BUILTIN_DIR = Path(__file__).parent / "tasks"
@@ -60,7 +61,7 @@ def builtin_tasks() -> list[str]:
 
 
 def _read(path: Path, seen: tuple = ()) -> dict:
-    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    data = read_yaml(path, "task") or {}
     if not isinstance(data, dict):
         raise ValueError(f"{path}: a task config is a YAML mapping")
     parent = data.pop("extends", None)
@@ -89,5 +90,6 @@ def load_task(name_or_path: Union[str, Path]) -> TaskSpec:
     data["source"] = str(p)
     try:
         return TaskSpec(**data)
-    except Exception as e:
-        raise ValueError(f"{p}: {e}") from None
+    except ValidationError as e:  # one line: each key with what is wrong with it
+        wrong = "; ".join(f"{'.'.join(map(str, err['loc'])) or 'task'}: {err['msg']}" for err in e.errors())
+        raise ConfigError(f"task {p}: {wrong}") from None

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Annotated
 
 import typer
 
 from . import bench, clean, image, replay, rl, run, serve, view
+from .command import Command
 from .common import click_exceptions, command_of, exit_code_of, missing_need
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
@@ -21,18 +23,33 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=N
 image_app = typer.Typer(no_args_is_help=True, help="Build and inspect the sandbox image.")
 app.add_typer(image_app, name="image")
 app.add_typer(rl.app, name="rl")
-app.command("run")(run.run)
-app.command("bench")(bench.bench)
-app.command("report")(bench.report)
-app.command("replay")(replay.replay)
-app.command("fork")(replay.fork)
-app.command("clean")(clean.clean)
-app.command("view")(view.view)
-app.command("serve-model")(serve.serve_model)
-app.command("scripted-server")(serve.scripted_server)
-image_app.command("build")(image.image_build)
-image_app.command("build-proxy")(image.image_build_proxy)
-image_app.command("status")(image.image_status)
+app.command("run", cls=Command)(run.run)
+app.command("bench", cls=Command)(bench.bench)
+app.command("report", cls=Command)(bench.report)
+app.command("replay", cls=Command)(replay.replay)
+app.command("fork", cls=Command)(replay.fork)
+app.command("clean", cls=Command)(clean.clean)
+app.command("view", cls=Command)(view.view)
+app.command("serve-model", cls=Command)(serve.serve_model)
+app.command("scripted-server", cls=Command)(serve.scripted_server)
+image_app.command("build", cls=Command)(image.image_build)
+image_app.command("build-proxy", cls=Command)(image.image_build_proxy)
+image_app.command("status", cls=Command)(image.image_status)
+image_app.command("export", cls=Command)(image.image_export)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from .. import __version__
+
+        typer.echo(f"insandbox {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                                   help="Print the version and exit.")] = False) -> None:
+    """Give a language model a computer: run it in a Docker sandbox with bash, an editor and submit."""
 
 
 def main() -> None:

@@ -6,8 +6,11 @@ from typing import Annotated, Optional
 
 import typer
 
+from ..core import defaults
 from .common import BadArgument, fail, finish
-from .options import RUN, run_settings, shared_options
+from .options import CONFIG, RUN, run_settings, shared_options
+
+POOL = "Sandbox pool"
 
 
 @shared_options(*RUN)
@@ -16,49 +19,56 @@ def bench(
                                                        "instruct_follow) or a task YAML file.")] = None,
     data: Annotated[Optional[str], typer.Option(help="Rows instead of the task's hub dataset: a JSON/JSONL/parquet "
                                                      "file, a save_to_disk folder (FOLDER[:SPLIT]) or "
-                                                     "hf:NAME[:CONFIG[:SPLIT]] (default split: test, else the "
-                                                     "only one).")] = None,
-    mode: Annotated[str, typer.Option(help="sandbox, llm or both (both runs the same items in both "
-                                           "modes).")] = "sandbox",
-    repeats: Annotated[Optional[int], typer.Option(help="Samples per item and mode (default: the task's).")] = None,
+                                                     "hf:NAME[:CONFIG[:SPLIT]] (split: test, else the only one).",
+                                                metavar="ROWS")] = None,
+    mode: Annotated[str, typer.Option(help="sandbox, llm or both (both runs the same items in both modes).",
+                                      metavar="MODE")] = "sandbox",
+    repeats: Annotated[Optional[int], typer.Option(help="Samples per item and mode.",
+                                                   show_default="the task's")] = None,
     limit: Annotated[Optional[int], typer.Option(help="Only the first N rows.")] = None,
-    ids: Annotated[Optional[str], typer.Option(help="Only these row ids (comma-separated).")] = None,
-    concurrency: Annotated[Optional[int], typer.Option(help="Samples in flight at once, each in its own sandbox "
-                                                            "[default: 8; with --resume: the run's own].")] = None,
-    retries: Annotated[int, typer.Option(help="Retries of a sample whose model server or sandbox failed.")] = 2,
-    output_dir: Annotated[Optional[Path], typer.Option(help="Run folder (default "
-                                                            "runs/bench-<task>-<timestamp>).")] = None,
+    ids: Annotated[Optional[str], typer.Option(help="Only these row ids (comma-separated).", metavar="IDS")] = None,
+    concurrency: Annotated[Optional[int], typer.Option(
+        help="Samples in flight at once, each in its own sandbox.",
+        show_default=f"{defaults.CONCURRENCY}; with --resume: the run's own")] = None,
+    retries: Annotated[int, typer.Option(help="Retries of a sample whose model server or sandbox "
+                                              "failed.")] = defaults.SAMPLE_RETRIES,
+    out: Annotated[Optional[Path], typer.Option(help="The run folder.", metavar="DIR",
+                                                show_default="runs/bench-<task>-<date>-<time>-<id>")] = None,
     resume: Annotated[Optional[Path], typer.Option(help="Finish this earlier run with its own settings (done "
-                                                        "samples are kept; --concurrency may change).")] = None,
-    judge_model: Annotated[Optional[str], typer.Option(help="LLM judge for physics and long_context (else an "
-                                                            "offline, labelled approximation).")] = None,
-    judge_base_url: Annotated[Optional[str], typer.Option(help="The judge's endpoint (default: the "
-                                                               "model's).")] = None,
-    judge_api_key: Annotated[Optional[str], typer.Option(help="The judge's API key (default: the model's).")] = None,
+                                                        "samples are kept; --concurrency may change).",
+                                                   metavar="DIR")] = None,
+    judge_model: Annotated[Optional[str], typer.Option(help="LLM judge for physics and long_context.", metavar="NAME",
+                                                       show_default="an offline, labelled approximation")] = None,
+    judge_base_url: Annotated[Optional[str], typer.Option(help="The judge's endpoint.", metavar="URL",
+                                                          show_default="the model's")] = None,
+    judge_api_key: Annotated[Optional[str], typer.Option(help="The judge's API key.", metavar="KEY",
+                                                         show_default="the model's")] = None,
     judge_prompt: Annotated[Optional[Path], typer.Option(help="Judge prompt file with {question}, {ground_truth}, "
-                                                              "{answer}.")] = None,
+                                                              "{answer}.", metavar="FILE")] = None,
     list_tasks: Annotated[bool, typer.Option("--list", help="List the built-in tasks and exit.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
     pool: Annotated[bool, typer.Option(
         help="Samples take started sandboxes from a pool, started ahead while samples run (--no-pool: each "
-             "sample starts and removes its own).", rich_help_panel="Sandbox pool")] = True,
+             "sample starts and removes its own).", rich_help_panel=POOL)] = True,
     recycle: Annotated[bool, typer.Option(
         help="The pool recycles a sandbox between samples: every process killed, the filesystem restored to "
              "the image's, a fresh shell (needs a local engine and root; else fresh sandboxes).",
-        rich_help_panel="Sandbox pool")] = True,
+        rich_help_panel=POOL)] = True,
     pool_size: Annotated[Optional[int], typer.Option(
-        help="Sandboxes alive at most, in use or waiting [default: concurrency + min(concurrency, 8)].",
-        rich_help_panel="Sandbox pool")] = None,
+        help="Sandboxes alive at most, in use or waiting.", rich_help_panel=POOL,
+        show_default=f"concurrency + min(concurrency, {defaults.POOL_EXTRA})")] = None,
     max_uses: Annotated[int, typer.Option(
         help="Samples one recycled sandbox serves before a fresh one replaces it.",
-        rich_help_panel="Sandbox pool")] = 100,
+        rich_help_panel=POOL)] = defaults.POOL_MAX_USES,
     ray: Annotated[Optional[str], typer.Option("--ray", help="Run the samples on a Ray cluster: auto (the one "
                                                              "started on this machine) or its ADDRESS "
-                                                             "(host:port). Needs insandbox[ray].")] = None,
+                                                             "(host:port). Needs insandbox[ray].",
+                                               metavar="ADDRESS")] = None,
     processes: Annotated[int, typer.Option(
         "--processes", min=1, help="Run the samples in N worker processes on this machine, each with its own "
                                    "share of --concurrency, its own pool and model client: past ~200 samples at "
                                    "once one process's event loop is the limit, not the cores.")] = 1,
+    config: CONFIG = None,  # applied before this is called (config_file.py)
     *, shared: dict,  # the values of the options in RUN (options.py)
 ) -> None:
     """Benchmark a model on a task, in sandbox mode, plain mode or both."""
@@ -70,6 +80,7 @@ def bench(
     from ..bench.tasks import builtin_tasks, load_task
     from ..config import ConfigError, validated
     from ..distributed.bench import run_bench  # on this machine, or with --ray on a cluster
+    from ..runs import layout
     from .console import make_console, shown
 
     console = make_console()
@@ -84,10 +95,12 @@ def bench(
         if mode not in ("sandbox", "llm", "both"):
             raise BadArgument("--mode is sandbox, llm or both")
         run_cfg = validated(run_settings(shared))
+        if resume is None and out is None:  # named now, so that an interrupted run can say where it is
+            out = layout.default_bench_dir(BenchConfig.model_fields["runs_root"].default, task)
+        given = {"concurrency": concurrency} if concurrency is not None else {}  # else BenchConfig's own
         cfg = BenchConfig(task=task or "resume", data=data, mode=mode, repeats=repeats, limit=limit,
-                          ids=[i.strip() for i in ids.split(",") if i.strip()] if ids else None,
-                          concurrency=8 if concurrency is None else concurrency, retries=retries,
-                          output_dir=output_dir, judge_model=judge_model,
+                          ids=[i.strip() for i in ids.split(",") if i.strip()] if ids else None, **given,
+                          retries=retries, output_dir=out, judge_model=judge_model,
                           judge_base_url=judge_base_url or shared["base_url"], judge_api_key=judge_api_key,
                           judge_prompt=judge_prompt, pool=pool, recycle=recycle, pool_size=pool_size,
                           max_uses=max_uses, run=run_cfg)
@@ -107,6 +120,10 @@ def bench(
                                           concurrency=concurrency if resume else None, ray=ray,
                                           processes=processes),
                         bad=(DataError, ValueError, FileNotFoundError), failed=(BenchAborted,))
+    except typer.Exit as e:
+        if e.exit_code > 128:  # a signal: the samples recorded are kept, and the run can be finished
+            _say_resume(resume or cfg.output_dir)
+        raise
     finally:
         progress.close()
     out, report = write_report([result.run_dir], plots=False)
@@ -123,13 +140,21 @@ def bench(
         raise typer.Exit(1)
 
 
+def _say_resume(run_dir: Optional[Path]) -> None:
+    from ..runs import layout
+
+    if run_dir is not None and (Path(run_dir) / layout.BENCH).is_file():
+        typer.echo(f"insandbox: interrupted: the samples recorded so far are kept in {run_dir}; finish the run "
+                   f"with: insandbox bench --resume {run_dir}", err=True)
+
+
 def report(
     run_dirs: Annotated[list[Path], typer.Argument(help="Benchmark run folders (several: compared side by side).")],
-    out: Annotated[Optional[Path], typer.Option(help="Where to write report.md, report.html and the figures (default: "
-                                                     "<first run>/report).")] = None,
+    out: Annotated[Optional[Path], typer.Option(help="Where to write report.md, report.html and the figures.",
+                                                metavar="DIR", show_default="<first run>/report")] = None,
     plots: Annotated[bool, typer.Option(help="Draw the PNG figures.")] = True,
-    pool: Annotated[bool, typer.Option("--pool", help="Pool the runs of the same task and model into one (refused "
-                                                      "when their settings differ).")] = False,
+    merge: Annotated[bool, typer.Option("--merge", help="Merge the runs of the same task and model into one (refused "
+                                                        "when their settings differ).")] = False,
 ) -> None:
     """Accuracy with confidence intervals, sandbox vs plain, capability usage, tokens, cost and time."""
     from ..bench.report import rich_tables
@@ -137,7 +162,7 @@ def report(
     from .console import make_console, shown
 
     try:
-        out_dir, data = write_report(run_dirs, out, plots=plots, pool=pool)
+        out_dir, data = write_report(run_dirs, out, plots=plots, pool=merge)
     except ValueError as e:
         fail(str(e))
     console = make_console()

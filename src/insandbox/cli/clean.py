@@ -12,8 +12,8 @@ from .common import fail
 def clean(
     all_: Annotated[bool, typer.Option("--all", help="Also remove sandboxes whose owner process is alive (or "
                                                      "unknown): only when no run is in progress.")] = False,
-    dry_run: Annotated[bool, typer.Option(help="Only list what would be removed.")] = False,
-    backend: Annotated[str, typer.Option(help="Sandbox backend.")] = defaults.BACKEND,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Only list what would be removed.")] = False,
+    backend: Annotated[str, typer.Option(help="Sandbox backend.", metavar="NAME")] = defaults.BACKEND,
 ) -> None:
     """Remove sandboxes left behind by processes that are gone (only sandboxes insandbox created)."""
     from ..sandbox import SandboxError, SetupError, backend_class

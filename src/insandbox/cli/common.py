@@ -59,14 +59,16 @@ def finish(make: Callable[[], Any], bad: tuple[type[BaseException], ...] = (),
            failed: tuple[type[BaseException], ...] = ()) -> Any:
     """Run a command's coroutine to its end (`run_until_done`): an error of insandbox's exits with its
     branch's status (ConfigError, DataError 2; SandboxError, ModelError... 1), `bad` exceptions 2 and
-    `failed` ones 1, a signal 128+N; else its result."""
+    `failed` ones 1, a host file that cannot be written 1, a signal 128+N; else its result."""
     try:
         result, sig = run_until_done(make)
     except Exception as e:
         code = exit_code_of(e, bad, failed)
-        if code is None:
-            raise  # a bug: its traceback is what a report needs
-        fail(str(e), code)
+        if code is not None:
+            fail(str(e), code)
+        if isinstance(e, OSError) and e.filename is not None:
+            fail(f"{e.filename}: {e.strerror or e}", 1)
+        raise  # a bug (or an OSError not about a file of this machine): its traceback is what a report needs
     if sig is not None:
         raise typer.Exit(128 + sig)
     return result

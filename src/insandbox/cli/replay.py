@@ -18,12 +18,12 @@ def replay(
     ignore: Annotated[Optional[list[str]], typer.Option(
         "--ignore", help="A regular expression whose matches are replaced by <ignored> in both observations "
                          "before comparing, e.g. for timings or PIDs (repeatable).")] = None,
-    json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the report (every diff) to this "
-                                                                     "file.")] = None,
+    out: Annotated[Optional[Path], typer.Option(help="Also write the report (every diff) to this JSON file.",
+                                                metavar="FILE")] = None,
     input_dir: Annotated[Optional[Path], typer.Option(help="Take the input files from this folder instead of the "
                                                            "recorded ones.")] = None,
     image: Annotated[Optional[str], typer.Option(help="Replay in this image instead of the recorded one.",
-                                                 rich_help_panel=S)] = None,
+                                                 rich_help_panel=S, metavar="IMAGE", show_default=False)] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the summary line.")] = False,
     *, shared: dict,  # the sandbox options of GRANTS (options.py), None when not given
 ) -> None:
@@ -67,23 +67,23 @@ def replay(
                    + (f"step {first['step']}, call {first['call']}" if first else "none"))
     else:
         print_report(report, console)
-    if json_path is not None:
-        write_json(report, json_path)
+    if out is not None:
+        write_json(report, out)
     if report.stopped:
         raise typer.Exit(1)
 
 
 @shared_options(*FORK_MODEL, *GRANTS, unset=True, tool_format=Annotated[Optional[str], typer.Option(
-    help="native or text (default: as recorded).")])
+    help="native or text.", metavar="FORMAT", show_default="as recorded")])
 def fork(
     run_dir: Annotated[Path, typer.Argument(help="A run folder, or a benchmark sample's samples/<mode>/<id>/r<k>.")],
     step: Annotated[int, typer.Option(help="Fork after this step (0: before the first).")],
-    n: Annotated[int, typer.Option("--n", help="Branches, each in a sandbox of its own.")] = 2,
+    branches: Annotated[int, typer.Option(help="Branches, each in a sandbox of its own.")] = 2,
     prompt_append: Annotated[Optional[str], typer.Option(help="A user message added after step K's results.")] = None,
     query_file: Annotated[Optional[Path], typer.Option(help="Replace the task's text in the first user message with "
                                                             "this file's.")] = None,
-    output_dir: Annotated[Optional[Path], typer.Option(help="Where the branch-<i> folders go (default "
-                                                            "RUN_DIR/forks/step-K).")] = None,
+    out: Annotated[Optional[Path], typer.Option(help="Where the branch-<i> folders go.", metavar="DIR",
+                                                show_default="RUN_DIR/forks/step-K")] = None,
     ignore: Annotated[Optional[list[str]], typer.Option("--ignore", help="As for replay: masked when comparing the "
                                                         "replayed steps with the recorded ones.")] = None,
     input_dir: Annotated[Optional[Path], typer.Option(help="Take the input files from this folder instead of the "
@@ -121,8 +121,8 @@ def fork(
             calls = ", ".join(c.name for c in s.tool_calls) or "no call"
             console.print(f"branch {i} step {s.index}: {shown(calls)}")
 
-    result = finish(lambda: fork_run(run_dir, step, n, overrides, prompt_append=prompt_append, query=query,
-                                     output_dir=output_dir, ignore=tuple(ignore or ()), input_dir=input_dir,
+    result = finish(lambda: fork_run(run_dir, step, branches, overrides, prompt_append=prompt_append, query=query,
+                                     output_dir=out, ignore=tuple(ignore or ()), input_dir=input_dir,
                                      sandbox=given, on_granted=show_granted, on_step=on_step),
                     bad=(ReplayError, InputsMissing, UnsafeRunFolder))
     _print_fork(result, console, json_out)

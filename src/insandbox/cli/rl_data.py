@@ -47,8 +47,8 @@ def build_data(
         help="More source folders (what a glob after --sources expands to).")] = None,
     seed: Annotated[int, typer.Option(help="Seed of every random choice; the same inputs, seed and options give "
                                            "byte-identical tasks.jsonl.")] = 0,
-    limit: Annotated[Optional[int], typer.Option(help="Tasks per source at most (a seeded sample; default: all).",
-                                                 show_default=False)] = None,
+    per_source: Annotated[Optional[int], typer.Option(help="Tasks per source at most (a seeded sample).",
+                                                      show_default="all")] = None,
     distractors: Annotated[str, typer.Option(help="Distractor documents beside a single document, MIN-MAX (drawn "
                                                   "per task) or N; 0 for none.")] = "2-5",
     examples: Annotated[int, typer.Option(help="In-context examples per task: earlier tasks of the same source and "
@@ -77,7 +77,7 @@ def build_data(
     started = time.monotonic()
     folders, skipped_files = _source_folders(list(sources) + list(more_sources or []))
     try:
-        settings = Settings(seed=seed, limit=limit, distractors=_distractors(distractors), examples=examples,
+        settings = Settings(seed=seed, limit=per_source, distractors=_distractors(distractors), examples=examples,
                             qa_types=tuple(t.strip() for t in qa_types.split(",") if t.strip()),
                             max_doc_chars=max_doc_chars, max_answer_words=max_answer_words, merge_share=merge_share,
                             heldout=heldout)

@@ -25,9 +25,10 @@ def train(
         help="Output folder: final/ checkpoint, metrics.jsonl, tensorboard/, rollouts/, summary.json.")] = None,
     data: Annotated[Optional[Path], typer.Option(
         help="Task rows JSONL, as `insandbox rl build-data` writes them (smoke default: four shipped rows).")] = None,
-    model: Annotated[Optional[str], typer.Option(
-        help="Policy: a transformers folder, a hub name, a .gguf file, or 'embedded' (SmolLM2-135M GGUF).")] = None,
-    max_steps: Annotated[Optional[int], typer.Option(help="Optimizer steps (grpo.max_steps).", min=1)] = None,
+    policy: Annotated[Optional[str], typer.Option(
+        help="The policy: a transformers folder, a hub name, a .gguf file, or 'embedded' (SmolLM2-135M GGUF).",
+        metavar="MODEL")] = None,
+    train_steps: Annotated[Optional[int], typer.Option(help="Optimizer steps (grpo.max_steps).", min=1)] = None,
     limit: Annotated[Optional[int], typer.Option(help="Only the first N task rows.", min=1)] = None,
     concurrency: Annotated[Optional[int], typer.Option(help="Sandboxes in flight during a rollout batch.",
                                                        min=1)] = None,
@@ -40,10 +41,10 @@ def train(
         fail(f"give a CONFIG.yaml or --preset NAME ({', '.join(preset_names())})")
     if config is not None and not config.is_file():
         fail(f"{config}: no such config file")
-    overrides = {"preset": preset, "out": _text(out), "data": _text(data), "model": model, "limit": limit,
+    overrides = {"preset": preset, "out": _text(out), "data": _text(data), "model": policy, "limit": limit,
                  "concurrency": concurrency}
-    if max_steps is not None:
-        overrides["grpo"] = {"max_steps": max_steps}
+    if train_steps is not None:
+        overrides["grpo"] = {"max_steps": train_steps}
     try:
         settings = load_config(config, overrides)
     except ConfigError as e:
@@ -80,8 +81,9 @@ def export(
     out: Annotated[Path, typer.Option(help="The GGUF file to write.")],
     outtype: Annotated[str, typer.Option(help="Tensor type: f32 (exact), f16, bf16 or q8_0.")] = "f16",
     converter: Annotated[Optional[Path], typer.Option(
-        help="A llama.cpp convert_hf_to_gguf.py to use (default: the installed llama-cpp-python version's, "
-             "fetched once into ~/.cache/insandbox/llama-convert).")] = None,
+        help="A llama.cpp convert_hf_to_gguf.py to use.", metavar="FILE",
+        show_default="the installed llama-cpp-python version's, fetched once into ~/.cache/insandbox/llama-convert")
+    ] = None,
     check: Annotated[bool, typer.Option(
         help="Load the GGUF in llama.cpp and compare its greedy tokens with the checkpoint's.")] = True,
 ) -> None:

@@ -10,12 +10,12 @@ from .common import fail
 
 
 def serve_model(
-    gguf: Annotated[Optional[Path], typer.Option(help="GGUF model file (default: the embedded "
-                                                      "SmolLM2-135M-Instruct).")] = None,
-    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8080,
-    n_ctx: Annotated[Optional[int], typer.Option(help="Context window (default: the model's, at most "
-                                                      "16384).")] = None,
+    gguf: Annotated[Optional[Path], typer.Option(help="GGUF model file.", metavar="FILE",
+                                                 show_default="the embedded SmolLM2-135M-Instruct")] = None,
+    host: Annotated[str, typer.Option(help="Address to listen on.", metavar="ADDRESS")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.", metavar="PORT")] = 8080,
+    n_ctx: Annotated[Optional[int], typer.Option(help="Context window, in tokens.", metavar="TOKENS",
+                                                 show_default="the model's, at most 16384")] = None,
 ) -> None:
     """Serve a local GGUF model (OpenAI-compatible, tool calls constrained to the tool schemas),
     so several runs or a benchmark can share one loaded model."""

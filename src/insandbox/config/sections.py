@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic.fields import FieldInfo
 
 from ..core import defaults
 from ..core.units import parse_size
@@ -210,3 +211,9 @@ class CopyBack(BaseModel):
 def view(section: type[BaseModel], settings: BaseModel) -> BaseModel:
     """`section`'s fields of `settings` (already checked) as a frozen copy."""
     return section.model_construct(**{name: getattr(settings, name) for name in section.model_fields})
+
+
+def with_default(section: type[BaseModel], name: str, default: object) -> FieldInfo:
+    """`section`'s field `name`, its checks kept, with another default: for settings made of a section whose
+    own use needs other defaults (RL rollouts' limits)."""
+    return FieldInfo.merge_field_infos(section.model_fields[name], default=default)

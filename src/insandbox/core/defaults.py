@@ -28,3 +28,22 @@ COPY_MAX_FILE_BYTES = 512 * 1024 ** 2
 COPY_MAX_TOTAL_BYTES = 1024 ** 3
 COPY_MAX_ENTRIES = 10_000  # files, folders, links and special files alike
 COPY_MAX_LISTING_BYTES = 4 * 1024 ** 2  # the folder's listing (its paths, as JSON), whatever the other limits
+# benchmarks (and RL's rollouts, which share the pool)
+CONCURRENCY = 8  # samples (or rollouts) in flight at once, each in its own sandbox
+SAMPLE_RETRIES = 2  # of a sample whose model server or sandbox failed
+RETRY_BACKOFF_S = 2.0  # before a sample's first retry, doubled at each (at most 30 s)
+ENGINE_WAIT_S = 300.0  # how long samples (and the pool's removals) wait for an engine that went away
+POOL_MAX_USES = 100  # samples one recycled sandbox serves before a fresh one replaces it
+POOL_EXTRA = 8  # sandboxes a pool keeps started beyond those in use, at most: size = n + min(n, POOL_EXTRA)
+
+
+def pool_size(concurrency: int) -> int:
+    """The sandboxes a pool keeps alive for `concurrency` in flight: those, and a few started ahead."""
+    return concurrency + min(concurrency, POOL_EXTRA)
+# RL rollouts: an episode of a context task, its documents read from files (a `cat` of one is thousands
+# of tokens), as `insandbox rl rollout` and the Python API run it unless told otherwise
+ROLLOUT_MAX_STEPS = 16  # model turns
+ROLLOUT_RESPONSE_TOKENS = 8192  # model and environment tokens after the prompt
+ROLLOUT_MAX_TOKENS = 2048  # sampled per turn
+ROLLOUT_TIME_LIMIT_S = 900.0  # a whole rollout
+ROLLOUT_TEMPERATURE = 1.0  # on-policy sampling

@@ -27,6 +27,9 @@ from typing import Optional
 
 from . import defaults
 
+# the detail of an interrupted episode (shown after its exit reason: "interrupted (Ctrl-C or SIGTERM)")
+INTERRUPTED_DETAIL = "Ctrl-C or SIGTERM"
+
 
 class ExitReason(str, Enum):
     """Why an episode ended. The values are what trajectory.json and results.jsonl hold."""
@@ -174,7 +177,7 @@ class Episode:
         else:
             reason = ExitReason.INTERNAL_ERROR
         if reason is ExitReason.INTERRUPTED:
-            detail = "interrupted (Ctrl-C or SIGTERM)"
+            detail = INTERRUPTED_DETAIL
         elif reason is ExitReason.INTERNAL_ERROR:
             where = traceback.extract_tb(error.__traceback__)[-1:] if error.__traceback__ else []
             at = f" at {Path(where[0].filename).name}:{where[0].lineno}" if where else ""

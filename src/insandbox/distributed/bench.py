@@ -129,6 +129,8 @@ class BenchNode:
 class RayBenchExecutor:
     """BenchRun's samples on a Ray cluster (runner.SampleExecutor)."""
 
+    same_machine = False
+
     def __init__(self, address: str, cfg: BenchConfig):
         if cfg.run.embedded:
             raise ConfigError("--ray needs a model server every node can reach (--model and --base-url): the "

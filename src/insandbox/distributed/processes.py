@@ -111,6 +111,8 @@ class WorkerDied(InsandboxError, RuntimeError):
 class ProcessBenchExecutor:
     """BenchRun's samples in worker processes on this machine (runner.SampleExecutor)."""
 
+    same_machine = True
+
     def __init__(self, processes: int, cfg: BenchConfig):
         if processes < 2:
             raise ConfigError("--processes is 2 or more (1 is the default: every sample in this process)")

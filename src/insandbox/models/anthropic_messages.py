@@ -34,6 +34,7 @@ from typing import Any, Optional
 from ..core import defaults, model_json
 from ..tools.base import ToolCall
 from .base import ContextLengthError, DeltaHook, ModelError, ModelReply, Usage, refuse_cut_calls
+from .endpoint import endpoint_url
 from .http_transport import sdk_http_client, sdk_post, sdk_stream_client
 from .openai_compat import CONTEXT_ERROR, STALL_TIMEOUT_S
 from .retrying import (
@@ -257,7 +258,7 @@ class AnthropicClient(SDKClient):
             except (anthropic.APIError, MalformedResponse, StreamStalled, StreamBroken, asyncio.TimeoutError) as e:
                 await budget.failed(self._failure(e), e)
             except Exception as e:
-                failure = broken_stream(e, self.base_url)
+                failure = broken_stream(e, endpoint_url("anthropic", self.base_url))
                 if failure is None:
                     raise
                 await budget.failed(failure, e)
@@ -296,7 +297,9 @@ class AnthropicClient(SDKClient):
     def _failure(self, e: BaseException) -> Failure:
         import anthropic
 
-        return transport_failure(e, anthropic, self.base_url, self.timeout, "a Messages API message", _error_text,
+        url = endpoint_url("anthropic", self.base_url)
+        return transport_failure(e, anthropic, url, self.timeout, "a Messages API message",
+                                 _error_text,
                                  key_hint="ANTHROPIC_API_KEY or --api-key",
                                  path_hint="and --base-url: the server's root, where /v1/messages is")
 

@@ -36,6 +36,7 @@ from typing import Any, Optional
 from ..core import defaults, model_json
 from ..tools.base import ToolCall
 from .base import ContextLengthError, DeltaHook, ModelError, ModelReply, Usage, refuse_cut_calls
+from .endpoint import endpoint_url
 from .http_transport import sdk_http_client, sdk_post, sdk_stream_client
 from .retrying import (
     BACKOFF_S,
@@ -191,7 +192,7 @@ class OpenAIChatClient(SDKClient):
             except (openai.APIError, MalformedResponse, StreamStalled, StreamBroken, asyncio.TimeoutError) as e:
                 await budget.failed(self._failure(e), e)
             except Exception as e:
-                failure = broken_stream(e, self.base_url)
+                failure = broken_stream(e, endpoint_url("openai", self.base_url))
                 if failure is None:
                     raise
                 await budget.failed(failure, e)
@@ -234,7 +235,8 @@ class OpenAIChatClient(SDKClient):
     def _failure(self, e: BaseException) -> Failure:
         import openai
 
-        return transport_failure(e, openai, self.base_url, self.timeout, "a chat completion", _error_text)
+        url = endpoint_url("openai", self.base_url)
+        return transport_failure(e, openai, url, self.timeout, "a chat completion", _error_text)
 
     def _adapt(self, text: str, notes: list[str]) -> bool:
         """Fix parameters some models or servers refuse (OpenAI reasoning models, llama-server's

@@ -28,6 +28,7 @@ import json
 import math
 import random
 import re
+import socket
 import threading
 import time
 from collections import Counter
@@ -296,9 +297,38 @@ def network_failure(e: BaseException, base_url: Optional[str], when: str = "") -
     if "Timeout" in type(e).__name__:
         return Failure("timeout", f"the model server stopped answering{when and ' ' + when}: {error}", True)
     if type(e).__name__ == "ConnectError" or isinstance(e, ConnectionRefusedError):
-        return Failure("connection refused", f"cannot reach the model server at {base_url}: {error}", True)
+        return connect_failure(e, base_url)
     return Failure("connection broken", f"the connection to the model server at {base_url} broke "
                                         f"{when or 'before a complete answer'}: {error}", True)
+
+
+def connect_failure(e: BaseException, base_url: Optional[str]) -> Failure:
+    """A connection that could not be made: a host name that does not resolve is said as such (no server
+    was ever asked), anything else as refused."""
+    error = f"{type(e).__name__}: {e}" if not str(e).startswith(type(e).__name__) else str(e)
+    if is_dns_failure(e):
+        return Failure("DNS lookup failed", f"cannot reach the model server at {base_url}: its host name does not "
+                                            f"resolve (DNS lookup failed): {error}", True)
+    return Failure("connection refused", f"cannot reach the model server at {base_url}: {error}", True)
+
+
+def is_dns_failure(e: Optional[BaseException]) -> bool:
+    """A host name that does not resolve, whichever HTTP library said it: socket.gaierror in the chain,
+    an error class named for DNS, or the resolver's own words in the message."""
+    seen: set[int] = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, socket.gaierror) or isinstance(getattr(e, "os_error", None), socket.gaierror):
+            return True
+        if any("DNS" in cls.__name__ for cls in type(e).__mro__) or _RESOLVER_WORDS.search(str(e)):
+            return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
+# what getaddrinfo says when a name does not resolve (glibc's, musl's and macOS's wordings)
+_RESOLVER_WORDS = re.compile(r"Name or service not known|nodename nor servname|Temporary failure in name "
+                             r"resolution|No address associated with hostname|Name does not resolve")
 
 
 # The error types of an `error` event inside a 200 stream (the Messages API's), as the HTTP status
@@ -340,7 +370,7 @@ def transport_failure(e: BaseException, sdk: Any, base_url: Optional[str], timeo
     if isinstance(e, sdk.APIConnectionError):
         cause = e.__cause__ or e
         if type(cause).__name__ == "ConnectError":
-            return Failure("connection refused", f"cannot reach the model server at {base_url}: {cause}", True)
+            return connect_failure(cause, base_url)
         return Failure("connection broken", f"the connection to the model server at {base_url} broke "
                                             f"before a complete answer: {cause}", True)
     if isinstance(e, sdk.APIStatusError):

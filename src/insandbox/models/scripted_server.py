@@ -31,7 +31,8 @@ tools, i.e. plain mode), `token_latency` (seconds between streamed events; a tur
 its own), `cache_min_tokens` (Messages API: the shortest prefix cached), `match` (with
 several scripts: pick the one whose `match` text
 appears in the first user message, the longest such; else the script whose `name` is
-the model), `faults` (see below).
+the model), `owned_by` (its /models entry's, e.g. "vllm": a server serving only what it lists,
+models/endpoint.py), `api_key` (requests without it get 401), `faults` (see below).
 
 Faults. A turn's `fail` makes its first `times` tries (default 1) fail; a script's
 `faults` list makes requests fail by their number instead, whatever the turn:
@@ -197,12 +198,27 @@ class _State:
 class _Handler(JSONHandler):
     server_version = "insandbox-scripted/1"
 
+    def refused_key(self) -> bool:
+        """A script with `api_key` makes the server answer 401 to requests without that key (sent as
+        `Authorization: Bearer KEY` or `x-api-key: KEY`)."""
+        keys = {s["api_key"] for s in self.server.state.scripts if s.get("api_key")}
+        given = (self.headers.get("Authorization") or "").removeprefix("Bearer ") or self.headers.get("x-api-key")
+        if not keys or given in keys:
+            return False
+        self.send_json(401, {"error": {"message": "invalid API key", "type": "authentication_error"}})
+        return True
+
     def do_GET(self):
         state: _State = self.server.state
         path = self.route()
+        if self.refused_key():
+            return None
         if path.endswith("/models"):
             names = [s.get("name", "scripted") for s in state.scripts]
-            return self.send_json(200, {"object": "list", "data": [{"id": n, "object": "model"} for n in names]})
+            # `owned_by` as the script says (e.g. "vllm", to be taken as a server that serves only what it lists)
+            owners = [s.get("owned_by", "insandbox-scripted") for s in state.scripts]
+            return self.send_json(200, {"object": "list", "data": [{"id": n, "object": "model", "owned_by": o}
+                                                                   for n, o in zip(names, owners)]})
         if path.endswith("/health"):
             return self.send_json(200, {"ok": True})
         if path.endswith("/_requests"):
@@ -214,6 +230,8 @@ class _Handler(JSONHandler):
         state: _State = self.server.state
         raw = self.read_body()
         path = self.route()
+        if self.refused_key():
+            return None
         anthropic = path.endswith("/messages")
         if not anthropic and not path.endswith("/chat/completions"):
             return self.send_json(404, {"error": {"message": "not found"}})

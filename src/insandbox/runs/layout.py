@@ -74,10 +74,10 @@ def _stamp() -> str:
 
 
 def default_run_dir(root: Path, run_id: str) -> Path:
-    """Where a run goes when no --output-dir is given: <root>/<date-time>-<run id>."""
+    """Where a run goes when no --out is given: <root>/<date-time>-<run id>."""
     return Path(root) / f"{_stamp()}-{run_id}"
 
 
 def default_bench_dir(root: Path, task: str) -> Path:
-    """Where a benchmark goes when no --output-dir is given: <root>/bench-<task>-<date-time>-<random>."""
+    """Where a benchmark goes when no --out is given: <root>/bench-<task>-<date-time>-<random>."""
     return Path(root) / f"bench-{safe_name(Path(task).stem)}-{_stamp()}-{uuid.uuid4().hex[:6]}"

@@ -25,13 +25,14 @@ from typing import Any, Optional, Union
 from ..agent.env import EnvConfig, SandboxEnv, Task
 from ..agent.loop import run_episode, run_llm_once
 from ..config import ConfigError, RunConfig, validated
-from ..core import hostfiles
-from ..core.episode import ExitReason
+from ..core import defaults, hostfiles
+from ..core.episode import INTERRUPTED_DETAIL, ExitReason
 from ..core.errors import SandboxBrokenByItself
 from ..core.redact import redact
 from ..core.trajectory import SkippedOutput, StepRecord, Trajectory, write_json
 from ..core.units import is_local
 from ..models.base import ConfiguredClient, ModelClient
+from ..models.endpoint import check_endpoint
 from ..models.openai_compat import OpenAIChatClient
 from ..models.pricing import Price, PriceTable, load_prices
 from ..prompts import PromptConfig, load_prompt_config
@@ -196,8 +197,16 @@ def check_output_folder(run_dir: Path) -> None:
     would make it write elsewhere on this machine. Refused before anything starts."""
     for name in layout.RUN_FILES:
         if (run_dir / name).is_symlink():
-            raise ConfigError(f"--output-dir {run_dir}: {name} there is a symbolic link; insandbox does not write "
+            raise ConfigError(f"--out {run_dir}: {name} there is a symbolic link; insandbox does not write "
                               "through links (remove it, or give another folder)")
+
+
+def check_writable(run_dir: Path, flag: str = "--out") -> None:
+    """The run folder (or the folder it goes in) can be written: else a ConfigError, before anything starts."""
+    why = hostfiles.cannot_create(run_dir)
+    if why is not None:
+        raise ConfigError(f"cannot write the run folder {run_dir}: {why} (give {flag} DIR on a writable disk, or "
+                          "run from a writable folder)")
 
 
 # one writer thread for the trajectories of every run of this process (RunFolder.save)
@@ -274,9 +283,9 @@ class PoolSettings:
 
     size: int
     recycle: bool = True
-    max_uses: int = 100
+    max_uses: int = defaults.POOL_MAX_USES
     prestart: bool = True  # False where the demand is not known: starts only when a run asks
-    close_wait_s: float = 300.0  # at close, how long removals wait for an engine that went away
+    close_wait_s: float = defaults.ENGINE_WAIT_S  # at close, how long removals wait for an engine that went away
     run_id: str = field(default_factory=lambda: f"bench-{uuid.uuid4().hex[:6]}")  # the label of its sandboxes
 
 
@@ -305,7 +314,11 @@ class Session:
         self._closed = False
 
     async def open(self, sandbox: bool = True, pool: Optional[PoolSettings] = None) -> Session:
-        """Prepare the sandbox backend (when runs need sandboxes) and its pool, then the model client."""
+        """Look at the model server once (a dead or wrong one stops here, before the sandbox backend is
+        touched: models/endpoint.py), prepare the sandbox backend (when runs need sandboxes) and its
+        pool, then the model client."""
+        if self.client is None:
+            await check_endpoint(self.cfg)
         if sandbox:
             # made now: a bad INSANDBOX_ADMIT_* setting stops here, before the backend is prepared
             self._admission = self._admission or admission_of(self.cfg, self.observer)
@@ -372,7 +385,7 @@ class Session:
             await self._episode(cfg, task, folder, observer)
         except asyncio.CancelledError:  # the record is kept, then the caller learns of it
             if folder.traj.exit_reason is None:
-                folder.traj.end(ExitReason.INTERRUPTED, "interrupted (Ctrl-C or SIGTERM)")
+                folder.traj.end(ExitReason.INTERRUPTED, INTERRUPTED_DETAIL)
             raise
         finally:
             self._note_server(folder.traj)
@@ -431,6 +444,7 @@ async def arun(query: str, config: Optional[RunConfig] = None, *, observer: Opti
     task = session.task(query, task_id, input_files)
     if cfg.output_dir:
         check_output_folder(Path(cfg.output_dir))
+    check_writable(Path(cfg.output_dir or cfg.runs_root))
     await session.open(sandbox=cfg.mode == "sandbox")
     try:
         return await session.run(task, observer=observer)

@@ -75,8 +75,10 @@ class PoolStats:
 
 
 class SandboxPool:
-    def __init__(self, spec: SandboxSpec, backend: str = defaults.BACKEND, *, size: int = 8, recycle: bool = True,
-                 max_uses: int = 100, starts_in_flight: int = STARTS_IN_FLIGHT, prestart: bool = True):
+    def __init__(self, spec: SandboxSpec, backend: str = defaults.BACKEND, *,
+                 size: int = defaults.pool_size(defaults.CONCURRENCY), recycle: bool = True,
+                 max_uses: int = defaults.POOL_MAX_USES, starts_in_flight: int = STARTS_IN_FLIGHT,
+                 prestart: bool = True):
         from . import backend_class
 
         self.cls = backend_class(backend)
@@ -241,7 +243,7 @@ class SandboxPool:
                 else:
                     self.stats.removed += 1
 
-    async def close(self, engine_wait_s: float = 300.0) -> None:
+    async def close(self, engine_wait_s: float = defaults.ENGINE_WAIT_S) -> None:
         """Remove every sandbox of the pool (waiting, being recycled or started); safe to call twice.
         Removals that failed because the engine was away are tried again once it answers (waiting at
         most engine_wait_s); what still fails is left for `insandbox clean`, and raised."""

@@ -40,7 +40,7 @@ def test_a_bench_of_context_tasks_in_plain_mode(scripted, tmp_path):
                                 {"match": "How many?", "llm_turns": [{"content": "Answer: 42"}]}]})
     out = tmp_path / "run"
     r = cli("bench", str(REPO / "examples/rl/context_tasks.yaml"), "--data", str(data), "--mode", "llm", "--model",
-            "m", "--base-url", srv.url, "--output-dir", str(out), "-q")
+            "m", "--base-url", srv.url, "--out", str(out), "-q")
     assert r.returncode == 0, r.stderr
     scores = {json.loads(x)["id"]: json.loads(x)["score"] for x in (out / "results.jsonl").read_text().splitlines()}
     assert scores == {"s1": 1.0, "m1": 1.0, "o1": 0.0, "n1": 1.0}

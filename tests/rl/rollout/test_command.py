@@ -15,8 +15,8 @@ def test_rollouts_of_the_embedded_model_are_recorded_token_for_token(tmp_path, d
     data = tmp_path / "rows.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
     out = tmp_path / "out"
-    r = cli("rl", "rollout", "--data", str(data), "--out", str(out), "--n", "3", "--concurrency", "3",
-            "--max-turns", "2", "--max-tokens-per-turn", "32", "--max-response-tokens", "512", "--image", docker_image,
+    r = cli("rl", "rollout", "--data", str(data), "--out", str(out), "--repeats", "3", "--concurrency", "3",
+            "--max-steps", "2", "--max-tokens", "32", "--max-response-tokens", "512", "--image", docker_image,
             "--seed", "7", timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     records = [json.loads(line) for line in (out / "rollouts.jsonl").read_text().splitlines()]

@@ -32,7 +32,7 @@ def _rollouts(tokenizer, image, **config) -> Rollouts:
 
 
 def test_a_rollout_keeps_sampled_ids_and_masks_the_environment(smollm_tokenizer, docker_image, run_async):
-    r = _rollouts(smollm_tokenizer, docker_image, max_turns=6)
+    r = _rollouts(smollm_tokenizer, docker_image, max_steps=6)
     turns = ["Let me look.\n" + call("execute_bash", command="cat /testbed/documents/doc_01.txt"),
              call("str_replace_editor", command="create", path="/testbed/answer.txt", file_text="B"),
              call("submit")]
@@ -53,7 +53,7 @@ def test_a_rollout_keeps_sampled_ids_and_masks_the_environment(smollm_tokenizer,
 
 
 def test_groups_run_concurrently_each_in_its_own_sandbox(smollm_tokenizer, docker_image, run_async):
-    r = _rollouts(smollm_tokenizer, docker_image, max_turns=4)
+    r = _rollouts(smollm_tokenizer, docker_image, max_steps=4)
     rows = [dict(ROW, id=f"t{i}", problem_statement=f"Question number {i}. " + ROW["problem_statement"])
             for i in range(3)]
     scripts = [{"match": "Question number 0.", "turns": [call("execute_bash", command="echo B > /testbed/answer.txt"),
@@ -74,7 +74,7 @@ def test_groups_run_concurrently_each_in_its_own_sandbox(smollm_tokenizer, docke
 
 
 def test_the_response_budget_truncates_and_a_cut_turn_is_closed(smollm_tokenizer, docker_image, run_async):
-    r = _rollouts(smollm_tokenizer, docker_image, max_turns=10, max_response_tokens=200, max_tokens_per_turn=40)
+    r = _rollouts(smollm_tokenizer, docker_image, max_steps=10, max_response_tokens=200, max_tokens=40)
     gen = ScriptedGenerator(r.chat, [{"turns": ["word " * 100] * 10}])  # every turn runs out of tokens
     rec = run_async(r.run(ROW, gen))
     assert rec.truncated and rec.exit_reason == "context_length" and "budget of 200" in rec.exit_detail
@@ -85,7 +85,7 @@ def test_the_response_budget_truncates_and_a_cut_turn_is_closed(smollm_tokenizer
 
 
 def test_a_failing_sampler_or_a_slow_rollout_gives_a_record_not_a_crash(smollm_tokenizer, docker_image, run_async):
-    r = _rollouts(smollm_tokenizer, docker_image, max_turns=3, timeout_s=2.0)
+    r = _rollouts(smollm_tokenizer, docker_image, max_steps=3, time_limit=2.0)
 
     async def broken(context, params):
         raise RuntimeError("the inference server went away")
@@ -104,7 +104,7 @@ def test_a_failing_sampler_or_a_slow_rollout_gives_a_record_not_a_crash(smollm_t
 
 @pytest.mark.parametrize("image", ["insandbox-no-such-image:1"])
 def test_a_sandbox_that_cannot_start_is_a_sandbox_error(smollm_tokenizer, docker_image, run_async, image):
-    r = _rollouts(smollm_tokenizer, image, max_turns=2)
+    r = _rollouts(smollm_tokenizer, image, max_steps=2)
     gen = ScriptedGenerator(r.chat, [{"turns": [call("submit")]}])
     rec = run_async(r.run(ROW, gen))
     assert rec.exit_reason == "sandbox_error" and "not found" in rec.exit_detail and rec.reward == 0.0
@@ -114,7 +114,7 @@ def test_a_reward_function_that_raises_gives_the_error_value(smollm_tokenizer, d
     async def broken_reward(row, outcome, config):
         raise ZeroDivisionError("oops")
 
-    r = Rollouts(smollm_tokenizer, RolloutConfig(image=docker_image, max_turns=2), reward_fn=broken_reward)
+    r = Rollouts(smollm_tokenizer, RolloutConfig(image=docker_image, max_steps=2), reward_fn=broken_reward)
     rec = run_async(r.run(ROW, ScriptedGenerator(r.chat, [{"turns": [call("submit")]}])))
     assert rec.exit_reason == "submitted" and rec.reward == r.reward_config.error_value
     assert rec.reward_detail["error"] == "ZeroDivisionError: oops"
@@ -135,7 +135,7 @@ def test_breaking_the_sandbox_pays_less_than_any_honest_ending(smollm_tokenizer,
     masked), at the sum of the penalties, below an honest wrong answer and below giving up."""
     many_small = ("for i in $(seq 40); do python3 -c 'import time; a = b\"x\" * (12 << 20); time.sleep(60)' & "
                   "done; wait")
-    r = _scored(smollm_tokenizer, docker_image, max_turns=3, memory="256m")
+    r = _scored(smollm_tokenizer, docker_image, max_steps=3, memory="256m")
     bomb = ScriptedGenerator(r.chat, [{"turns": [call("execute_bash", command="echo B > /testbed/answer.txt; "
                                                   "echo 1000 > /proc/1/oom_score_adj; " + many_small)]}])
     broken = run_async(r.run(ROW, bomb))
@@ -160,7 +160,7 @@ def test_every_way_of_breaking_the_sandbox_is_the_models(smollm_tokenizer, docke
     doing, trained on at the broken-sandbox penalty, never masked."""
     breaking = {"cpu limit": "prlimit --pid 1 --cpu=1:1; yes 0123456789abcdef | head -c 3000000000",
                 "file limit": "prlimit --pid 1 --nofile=3:3; (sleep 0.2 &); sleep 3"}[how]
-    r = _scored(smollm_tokenizer, docker_image, max_turns=3)
+    r = _scored(smollm_tokenizer, docker_image, max_steps=3)
     rec = run_async(r.run(ROW, ScriptedGenerator(r.chat, [{"turns": [call("execute_bash", command=breaking),
                                                                       call("execute_bash", command="echo here")]}])))
     assert rec.exit_reason == "sandbox_error" and rec.exit_cause == "sandbox", rec.exit_detail
@@ -173,7 +173,7 @@ def test_a_kill_from_outside_is_masked_even_after_an_oom_kill(smollm_tokenizer, 
     that someone then kills through the engine: the kill decides (the engine's `kill` event), masked."""
     import subprocess
 
-    r = _scored(smollm_tokenizer, docker_image, max_turns=3, memory="256m")
+    r = _scored(smollm_tokenizer, docker_image, max_steps=3, memory="256m")
     kill = ("python3 -c 'b = [bytearray(1 << 20) for _ in range(1024)]'; "  # a child OOM-killed, the server lives
             "sleep 2; echo B > /testbed/answer.txt")
 
@@ -198,7 +198,7 @@ def test_a_kill_from_outside_is_masked_even_after_an_oom_kill(smollm_tokenizer, 
 def test_infrastructure_failures_and_time_limits_are_masked(smollm_tokenizer, docker_image, run_async):
     """A sampler that dies after a turn (the inference server went away) and a rollout past its time
     limit say nothing about the model: masked, with the error value, whatever tokens they sampled."""
-    r = _scored(smollm_tokenizer, docker_image, max_turns=4, timeout_s=5.0)
+    r = _scored(smollm_tokenizer, docker_image, max_steps=4, time_limit=5.0)
     script = ScriptedGenerator(r.chat, [{"turns": [call("execute_bash", command="echo B > /testbed/answer.txt")]}])
 
     async def dies_after_one_turn(context, params):
@@ -231,7 +231,7 @@ def test_a_last_turn_cut_by_the_budget_is_truncated(smollm_tokenizer, docker_ima
     penalty instead of the truncation one, and grpo.mask_truncated missed it."""
     from insandbox.rl.trainers.rollout_hook import SandboxRollouts
 
-    r = _scored(smollm_tokenizer, docker_image, max_turns=2, max_response_tokens=600, max_tokens_per_turn=8192)
+    r = _scored(smollm_tokenizer, docker_image, max_steps=2, max_response_tokens=600, max_tokens=8192)
     gen = ScriptedGenerator(r.chat, [{"turns": [call("execute_bash", command="echo B > /testbed/answer.txt"),
                                                 "word " * 2000]}])  # the last turn runs past the budget
     rec = run_async(r.run(ROW, gen))

@@ -1,7 +1,7 @@
 """The token record of a rollout, pinned: ids, masks and logprobs exactly as the rollout gave them
 before it ran through agent.loop (golden_rollouts.json was written by the former runner, its own
 loop). A deterministic sampler (scripted turns, logprobs from the context length) over real
-sandboxes; the cases cover a submit, a nudge, turns cut by max_tokens_per_turn, a turn cut by the
+sandboxes; the cases cover a submit, a nudge, turns cut by max_tokens, a turn cut by the
 response budget (its calls not run) and an observation past the budget.
 
 Regenerate only on purpose: PYTHONPATH=src python -m tests.rl.rollout.test_token_identity --write
@@ -29,19 +29,19 @@ def call(name: str, **args) -> str:
 
 CASES = {
     # submits after reading, writing and one turn without a call (nudged)
-    "submit": (dict(max_turns=6),
+    "submit": (dict(max_steps=6),
                ["Let me look.\n" + call("execute_bash", command="cat /testbed/documents/doc_01.txt"),
                 call("str_replace_editor", command="create", path="/testbed/answer.txt", file_text="B"),
                 "I think I know it now.",
                 call("submit")]),
-    # every turn cut by max_tokens_per_turn (no end-of-turn token), until the budget ends it
-    "per_turn_cut": (dict(max_turns=10, max_response_tokens=200, max_tokens_per_turn=40), ["word " * 100] * 10),
+    # every turn cut by max_tokens (no end-of-turn token), until the budget ends it
+    "per_turn_cut": (dict(max_steps=10, max_response_tokens=200, max_tokens=40), ["word " * 100] * 10),
     # the last turn runs past the response budget: cut mid-turn, its (complete) call not run
-    "mid_turn": (dict(max_turns=3, max_response_tokens=300, max_tokens_per_turn=8192),
+    "mid_turn": (dict(max_steps=3, max_response_tokens=300, max_tokens=8192),
                  [call("execute_bash", command="echo B > /testbed/answer.txt"),
                   call("execute_bash", command="echo A > /testbed/answer.txt") + "word " * 2000]),
     # a tool's output does not fit the budget: the rollout ends before the observation is added
-    "observation": (dict(max_turns=4, max_response_tokens=150, max_tokens_per_turn=8192),
+    "observation": (dict(max_steps=4, max_response_tokens=150, max_tokens=8192),
                     [call("execute_bash", command="echo B > /testbed/answer.txt; seq 1 400")]),
 }
 

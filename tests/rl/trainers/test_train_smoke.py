@@ -37,7 +37,7 @@ def run(tmp_path_factory, docker_image):
     tasks = tmp_path_factory.mktemp("tasks")
     built = cli("rl", "build-data", "--sources", *sorted(str(p) for p in (shared_data() / "rl_sources").iterdir()
                                                          if p.is_dir()),
-                "--out", str(tasks), "--force", "--limit", "3", "--examples", "0", "--distractors", "1",
+                "--out", str(tasks), "--force", "--per-source", "3", "--examples", "0", "--distractors", "1",
                 "--max-doc-chars", "1500", "--heldout", "1")
     assert built.returncode == 0, built.stderr
     out = tmp_path_factory.mktemp("smoke")
@@ -150,9 +150,9 @@ def test_before_and_after_side_by_side_with_insandbox_bench(run, tmp_path):
     task = str(REPO / "examples" / "rl" / "context_tasks.yaml")
     common = ["bench", task, "--data", str(run["tasks"] / "heldout.jsonl"), "--limit", "1", "--max-steps", "2",
               "--concurrency", "1", "-q"]
-    base = cli(*common, "--output-dir", str(tmp_path / "before"), timeout=900)
+    base = cli(*common, "--out", str(tmp_path / "before"), timeout=900)
     assert base.returncode == 0, base.stdout[-2000:] + base.stderr[-2000:]
-    after = cli(*common, "--gguf", str(trained), "--output-dir", str(tmp_path / "after"), timeout=900)
+    after = cli(*common, "--gguf", str(trained), "--out", str(tmp_path / "after"), timeout=900)
     assert after.returncode == 0, after.stdout[-2000:] + after.stderr[-2000:]
     report = cli("report", str(tmp_path / "before"), str(tmp_path / "after"), "--out", str(tmp_path / "report"))
     assert report.returncode == 0, report.stderr[-2000:]

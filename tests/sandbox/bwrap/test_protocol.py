@@ -88,7 +88,7 @@ def test_the_command_line_takes_backend_bwrap(no_engine, scripted, tmp_path):
     srv = scripted({"turns": [{"tool": "execute_bash", "args": {"command": "echo 7 > /testbed/answer.txt"}},
                               {"tool": "submit"}]})
     r = cli("run", "7?", "--backend", "bwrap", "--network", "none", "--model", "m", "--base-url", srv.url,
-            "--output-dir", str(tmp_path / "run"), "--max-steps", "3", "-q")
+            "--out", str(tmp_path / "run"), "--max-steps", "3", "-q")
     assert r.returncode == 0, r.stderr
     traj = json.loads((tmp_path / "run/trajectory.json").read_text())
     assert traj["exit_reason"] == "submitted" and traj["sandbox"]["backend"] == "bwrap"
@@ -107,8 +107,8 @@ def test_rl_rollout_command_takes_backend_bwrap(no_engine, tmp_path):
     data.write_text(json.dumps({"id": "t1", "problem_statement": "Answer B.", "ground_truth": "B",
                                 "input_files": {"doc.txt": "B\n"}}) + "\n")
     out = tmp_path / "out"
-    r = cli("rl", "rollout", "--data", str(data), "--out", str(out), "--n", "1", "--max-turns", "1",
-            "--max-tokens-per-turn", "16", "--backend", "bwrap", "--network", "none", "--seed", "1", timeout=600)
+    r = cli("rl", "rollout", "--data", str(data), "--out", str(out), "--repeats", "1", "--max-steps", "1",
+            "--max-tokens", "16", "--backend", "bwrap", "--network", "none", "--seed", "1", timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     record = json.loads((out / "rollouts.jsonl").read_text().splitlines()[0])
     sandbox = record["trajectory"]["sandbox"]
@@ -175,7 +175,7 @@ def test_rl_rollouts_run_in_bwrap_sandboxes_from_a_pool(no_engine, run_async):
         import json
         return f'<tool_call>\n{json.dumps({"name": name, "arguments": args})}\n</tool_call>'
 
-    r = Rollouts(load_gguf_tokenizer(default_gguf()), RolloutConfig(network="none", max_turns=4), reward_fn=exact)
+    r = Rollouts(load_gguf_tokenizer(default_gguf()), RolloutConfig(network="none", max_steps=4), reward_fn=exact)
     row = {"id": "t", "problem_statement": "A or B?", "ground_truth": "B", "input_files": {"doc.txt": "B.\n"}}
     gen = ScriptedGenerator(r.chat, [{"turns": [call("execute_bash", command="cat /testbed/documents/doc.txt | "
                                                                              "tr -d . > /testbed/answer.txt"),

@@ -1,6 +1,6 @@
 """Token-in, token-out rollouts in real sandboxes.
 
-    rollouts = Rollouts(tokenizer, RolloutConfig(max_turns=8), RewardConfig())
+    rollouts = Rollouts(tokenizer, RolloutConfig(max_steps=8), RewardConfig())
     record = await rollouts.run(row, generate)                   # one rollout of one task row
     records = await rollouts.run_groups(rows, generate, n=8, concurrency=32)   # GRPO groups
     problems = check_record(record, rollouts.chat)               # [] when ids decode to the conversation

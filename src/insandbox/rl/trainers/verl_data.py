@@ -77,7 +77,7 @@ def write_parquet(rows: list[dict[str, Any]], path: Path) -> None:
 def verl_data(
     data: Annotated[str, typer.Option(help="Task rows: a JSONL (the tasks.jsonl of `insandbox rl build-data`), a "
                                            "save_to_disk folder (FOLDER[:SPLIT]) or hf:NAME[:CONFIG[:SPLIT]] "
-                                           "(default split: train).")],
+                                           "(split: train).", metavar="ROWS")],
     out: Annotated[Path, typer.Option(help="Output folder: train.parquet (and val.parquet with --val-size).")],
     val_size: Annotated[int, typer.Option(help="Tasks held out for validation (a seeded sample).")] = 0,
     seed: Annotated[int, typer.Option(help="Seed of the validation sample.")] = 0,

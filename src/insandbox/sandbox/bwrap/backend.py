@@ -96,7 +96,7 @@ def find_rootfs(image: str, on_status: Progress = lambda text: None) -> rootfs.R
         found = _from_docker(image, on_status) or rootfs.cached(image)
     if found is None:
         raise SetupError(f"no root filesystem for image {image!r}: export it where Docker runs (insandbox image "
-                         f"export --tag {image} --out rootfs.tar) and set {rootfs.ROOTFS_ENV}=rootfs.tar here")
+                         f"export --image {image} --out rootfs.tar) and set {rootfs.ROOTFS_ENV}=rootfs.tar here")
     _ROOTFS[key] = found
     return found
 

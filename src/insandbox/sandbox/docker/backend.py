@@ -136,7 +136,7 @@ class DockerSandbox(DockerFiles, ServerCommands, Sandbox):
                 labels = ((await engine.call(api.inspect_image, spec.image)).get("Config") or {}).get("Labels") or {}
                 if not labels.get(runtimes.SHIM_LABEL):
                     raise SetupError(f"image {spec.image} predates gVisor support (statx shim, /tmp): rebuild it with "
-                                     f"`insandbox image build --tag {spec.image}`")
+                                     f"`insandbox image build --image {spec.image}`")
         if spec.limits.disk:
             mode, why = await engine.call(limits.disk_mode, api)
             if mode is None and not _WARNED.get(engine.docker_host()):

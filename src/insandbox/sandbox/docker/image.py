@@ -24,7 +24,7 @@ from . import engine
 
 class ImageNotFound(SetupError):
     def __init__(self, image: str):
-        super().__init__(f"image {image!r} not found; build it with `insandbox image build --tag {image}` "
+        super().__init__(f"image {image!r} not found; build it with `insandbox image build --image {image}` "
                          "(or pull it into the engine)")
         self.image = image
 
