@@ -95,11 +95,13 @@ def engine_counts() -> dict:
 
     api = engine.api()
     label, own = {"label": f"{LABEL}=1"}, {"label": f"{LABEL_OWNER}={owner_label()}"}
-    return {"containers": len(api.containers(all=True, filters=label)),
+    mine = api.containers(all=True, filters=own)
+    return {"own_container_names": sorted(n for c in mine for n in c.get("Names") or [c["Id"][:12]]),
+            "containers": len(api.containers(all=True, filters=label)),
             "networks": len(api.networks(filters=label)),
             "volumes": len((api.volumes(filters=label) or {}).get("Volumes") or []),
             "volumes_all": len((api.volumes() or {}).get("Volumes") or []),
-            "own_containers": len(api.containers(all=True, filters=own)),
+            "own_containers": len(mine),
             "own_networks": len(api.networks(filters=own)),
             "own_volumes": len((api.volumes(filters=own) or {}).get("Volumes") or [])}
 
@@ -147,7 +149,9 @@ async def _soak(runs: int, work: Path, network: str, image: str, on_run, system_
     after = {"engine": engine_counts(), "tmp_files": files_under(own_tmp),
              "system_tmp_insandbox": insandbox_named(system_tmp)}
     ordered = sorted(walls)
+    left = sorted(set(after["engine"]["own_container_names"]) - set(before["engine"]["own_container_names"]))
     return {"runs": runs, "network": network, "failures": failures, "before": before, "after": after,
+            "containers_left": left,  # this soak's own, not those an earlier user of the process left
             "system_tmp": str(system_tmp),
             "new_system_tmp_insandbox": sorted(after["system_tmp_insandbox"] - before["system_tmp_insandbox"]),
             "checkpoints": samples,

@@ -39,6 +39,30 @@ def docker_image() -> str:
     return IMAGE
 
 
+def _own_containers() -> set[str]:
+    from insandbox.sandbox.docker import LABEL_OWNER, engine, owner_label
+
+    api = engine.api()
+    return {n for c in api.containers(all=True, filters={"label": f"{LABEL_OWNER}={owner_label()}"})
+            for n in c.get("Names") or [c["Id"]]}
+
+
+@pytest.fixture(autouse=True)
+def _no_container_left(request):
+    """A Docker test that leaves a container of this process behind is named in a warning (the soak
+    test, later in the run, counts this process's containers and would fail without saying whose)."""
+    if request.node.get_closest_marker("docker") is None or os.environ.get("DOCKER_HOST"):
+        yield
+        return
+    before = _own_containers()
+    yield
+    left = _own_containers() - before
+    if left:
+        import warnings
+
+        warnings.warn(f"{request.node.nodeid} left containers behind: {sorted(left)}", stacklevel=1)
+
+
 @pytest.fixture
 def run_async():
     """Run a coroutine to completion (tests stay plain functions)."""

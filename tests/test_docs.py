@@ -200,7 +200,23 @@ def test_commands_are_found_in_shell_lines():
     assert shell_lines(["insandbox run x \\", "  --max-steps 3", "ls"]) == ["insandbox run x    --max-steps 3", "ls"]
 
 
-def test_every_command_the_docs_and_readme_show_parses():
+def shown_files() -> dict[str, str]:
+    """The files the docs show as YAML blocks headed by their name (`# qwen.yaml`): the commands name them."""
+    files = {}
+    for path in [README, *pages()]:
+        for _, lang, lines in code_blocks(path):
+            if lang not in ("yaml", "yml") or not lines:
+                continue
+            named = re.fullmatch(r"#\s*([\w.-]+\.ya?ml)", lines[0].strip())
+            if named:
+                files[named.group(1)] = "\n".join(lines[1:]) + "\n"
+    return files
+
+
+def test_every_command_the_docs_and_readme_show_parses(tmp_path, monkeypatch):
+    for name, text in shown_files().items():  # a command that names a file the docs show reads that file
+        (tmp_path / name).write_text(text)
+    monkeypatch.chdir(tmp_path)
     shown = shown_commands()
     assert len(shown) >= 40, "the docs show many commands; finding few means the extraction broke"
     assert {argv[0] for _, argv in shown} >= {"run", "bench", "report", "replay", "fork", "view", "rl", "image"}

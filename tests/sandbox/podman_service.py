@@ -114,7 +114,7 @@ def clean_up(service: Service) -> None:
     nothing while one container's network namespace is no longer mounted (another Podman service of
     this machine mounted /run/netns again over it): that container is removed by its id, then again."""
     api = service.api()
-    for _ in range(5):
+    for _ in range(50):
         try:
             found = [c["Id"] for label in (f"{LABEL}=1", proxy.LABEL_PROXY)
                      for c in api.containers(all=True, filters={"label": label})]
@@ -158,6 +158,7 @@ def rootful_service() -> Iterator[Service]:
     conf.write_text(f'[containers]\ndefault_ulimits = ["nofile={nofile}:{nofile}", "nproc={nproc}:{nproc}"]\n')
     service.start()
     try:
+        clean_up(service)  # what an earlier service left in the shared store (a killed run): its namespaces are gone
         load_image(service, None)
         load_image(service, None, proxy.image_tag())  # the registries proxy's
         yield service

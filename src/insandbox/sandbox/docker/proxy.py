@@ -293,9 +293,7 @@ def forget() -> None:
 
 def _ensure(key: str, conf: str, allow: str, allowed: tuple[str, ...], on_status: Progress,
             on_progress: Progress) -> Proxy:
-    import docker.errors
-
-    from . import archive, image
+    from . import image
 
     api = engine.api()
     tag = image_tag()
@@ -314,6 +312,29 @@ def _ensure(key: str, conf: str, allow: str, allowed: tuple[str, ...], on_status
         raise SandboxError(f"the Docker network {INTERNAL_NETWORK} has no address range to serve")
     conf += "".join(f"Allow {c}\n" for c in clients)
     name = f"insandbox-proxy-{key}"
+    for _attempt in (1, 2):
+        info = _start(api, name, tag, key, conf, allow, allowed, clients, egress, internal, on_status)
+        if _address_of(info, egress) and _address_of(info, internal):
+            break
+        # said to run but without an address (Podman: its network namespace was lost with the service that
+        # made it): made afresh once
+        _remove(api, name)
+    else:
+        held = {k: (v.get("NetworkID"), v.get("IPAddress")) for k, v in
+                ((info or {}).get("NetworkSettings", {}).get("Networks") or {}).items()}
+        raise SandboxError(f"the registries proxy {name} has no address on {EGRESS_NETWORK} ({egress['Id'][:12]}) or "
+                           f"{INTERNAL_NETWORK} ({internal['Id'][:12]}); the engine says it is on {held}")
+    _wait_ready(api, name, info, egress)
+    return Proxy(name=name, network_id=internal["Id"], allowed=allowed, address=_address_of(info, internal))
+
+
+def _start(api, name: str, tag: str, key: str, conf: str, allow: str, allowed: tuple[str, ...], clients: list[str],
+           egress: dict, internal: dict, on_status: Progress) -> dict:
+    """The proxy container, running and on both networks (made, or the one found)."""
+    import docker.errors
+
+    from . import archive
+
     info = _inspect(api, name)
     labels = ((info or {}).get("Config") or {}).get("Labels") or {}
     stale = info is not None and labels.get(LABEL_CLIENTS) != " ".join(clients)
@@ -347,11 +368,7 @@ def _ensure(key: str, conf: str, allow: str, allowed: tuple[str, ...], on_status
         if _endpoint(info, net) is None:  # a network was made again (clean, or another host): join it
             api.connect_container_to_network(info["Id"], net["Id"], aliases=[name])
             info = _inspect(api, name) or info
-    _wait_ready(api, name, info, egress)
-    address = _address_of(info, internal)
-    if not address:
-        raise SandboxError(f"the registries proxy {name} has no address on {INTERNAL_NETWORK}")
-    return Proxy(name=name, network_id=internal["Id"], allowed=allowed, address=address)
+    return info
 
 
 def _inspect(api, name: str) -> Optional[dict]:
