@@ -183,7 +183,7 @@ def parse(argv: list[str]) -> None:
 def test_the_parser_catches_a_wrong_subcommand_option_and_value():
     exc = click_exceptions()
     parse(["run", "a task", "--max-steps", "10", "--model", "Qwen/Qwen3-8B"])
-    parse(["rl", "rollout", "--data", "tasks/tasks.jsonl", "--out", "RUN_DIR", "--n", "8"])
+    parse(["rl", "rollout", "--data", "tasks/tasks.jsonl", "--out", "RUN_DIR", "--repeats", "8"])
     parse(["bench", "--help"])
     for bad in (["runn", "x"], ["run", "x", "--max-step", "10"], ["run", "x", "--max-steps", "ten"],
                 ["rl", "rollouts", "--data", "x"], ["image", "buil"]):

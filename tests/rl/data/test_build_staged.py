@@ -55,7 +55,7 @@ def test_staged_builds_are_deterministic_for_a_seed(tmp_path):
 
 def test_the_staged_folder_itself_as_sources(tmp_path):
     out = tmp_path / "tasks"
-    r = cli("rl", "build-data", "--sources", str(shared_data() / "rl_sources"), "--out", str(out), "--limit", "5",
+    r = cli("rl", "build-data", "--sources", str(shared_data() / "rl_sources"), "--out", str(out), "--per-source", "5",
             "--examples", "0")
     assert r.returncode == 0, r.stderr
     manifest = json.loads((out / "manifest.json").read_text())

@@ -12,7 +12,7 @@ def test_build_data_writes_jsonl_dataset_and_manifest(tmp_path):
     (tmp_path / "src" / "README.md").write_text("a glob over the folder matches this too")
     out = tmp_path / "out"
     r = cli("rl", "build-data", "--sources", *folders, str(tmp_path / "src" / "README.md"), "--out", str(out),
-            "--seed", "5", "--limit", "4", "--examples", "1", "--distractors", "1-3",
+            "--seed", "5", "--per-source", "4", "--examples", "1", "--distractors", "1-3",
             "--qa-types", "open,single-choice")
     assert r.returncode == 0, r.stderr
     assert r.stderr.strip() == f"insandbox: skipping {tmp_path / 'src' / 'README.md'}: not a folder"
@@ -77,9 +77,9 @@ def test_sources_may_be_the_folder_that_holds_them(tmp_path):
     (root / "notes").mkdir()
     (root / "notes" / "todo.txt").write_text("not a source")
     one_by_one, together = tmp_path / "one-by-one", tmp_path / "together"
-    r = cli("rl", "build-data", "--sources", *map(str, folders), "--out", str(one_by_one), "--limit", "3")
+    r = cli("rl", "build-data", "--sources", *map(str, folders), "--out", str(one_by_one), "--per-source", "3")
     assert r.returncode == 0, r.stderr
-    r = cli("rl", "build-data", "--sources", str(root), "--out", str(together), "--limit", "3")
+    r = cli("rl", "build-data", "--sources", str(root), "--out", str(together), "--per-source", "3")
     assert r.returncode == 0, r.stderr
     assert r.stderr.strip() == f"insandbox: skipping {root / 'notes'}: not a known source"
     assert (together / "tasks.jsonl").read_bytes() == (one_by_one / "tasks.jsonl").read_bytes()

@@ -75,9 +75,10 @@ def test_the_python_api_writes_what_the_command_writes(tmp_path, docker_image, r
     the same records (ids, masks, rewards, endings) and the same summary, times aside."""
     data = tmp_path / "rows.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
-    settings = {"max_turns": 1, "max_tokens_per_turn": 48, "max_response_tokens": 512, "temperature": 0.0}
-    r = cli("rl", "rollout", "--data", str(data), "--out", str(tmp_path / "cli"), "--n", "2", "--concurrency", "1",
-            "--image", docker_image, "--seed", "3", *[f"--{k.replace('_', '-')}={v}" for k, v in settings.items()],
+    settings = {"max_steps": 1, "max_tokens": 48, "max_response_tokens": 512, "temperature": 0.0}
+    r = cli("rl", "rollout", "--data", str(data), "--out", str(tmp_path / "cli"), "--repeats", "2",
+            "--concurrency", "1", "--image", docker_image, "--seed", "3",
+            *[f"--{k.replace('_', '-')}={v}" for k, v in settings.items()],
             timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
 
