@@ -2,7 +2,7 @@
 its first turn, so a faulty rollout holds real sampled tokens whatever the model wrote:
 
     "engine"  the sandbox engine fails (a SandboxError, not the model's doing): sandbox_error, masked
-    "slow"    the first step never returns: the rollout runs into its time limit (timeout_s), masked
+    "slow"    the first step never returns: the rollout runs into its time limit (time_limit), masked
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def inject(monkeypatch, choose: Callable[[dict, int], Optional[str]], timeout_s:
         _FAULT.set(fault)  # seen by this rollout's own task (wait_for copies the context)
         if fault == "slow":
             self = copy.copy(self)
-            self.config = self.config.model_copy(update={"timeout_s": timeout_s})
+            self.config = self.config.model_copy(update={"time_limit": timeout_s})
         return await run(self, row, generate, group, sample)
 
     async def faulty_step(self, *args, **kwargs):
