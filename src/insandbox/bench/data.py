@@ -28,6 +28,7 @@ class Row:
     domain: str = ""
     qa_type: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    input_dir: Optional[Path] = None  # a host folder whose contents go to the sandbox's input folder too
 
 
 def parse_input_files(value: Any, row_id: str = "") -> dict[str, str]:

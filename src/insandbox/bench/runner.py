@@ -34,7 +34,7 @@ from ..models.pricing import PriceTable, load_prices
 from ..prompts import PromptConfig, load_prompt_overrides
 from ..runs import layout
 from ..runs.session import PoolSettings, Session, SessionObserver, check_writable, settings
-from . import degraded, stats
+from . import degraded, harbor, stats
 from .data import Row, load_rows
 from .sample import (
     BenchAborted,
@@ -57,7 +57,9 @@ __all__ = ["BenchAborted", "BenchConfig", "BenchResult", "BenchRun", "EngineOuta
 class BenchConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    task: str  # a built-in task name or a task YAML path
+    task: str  # a built-in task name, a task YAML path, or a Harbor task folder
+    task_spec: Optional[dict] = None  # the task itself when it is not read from `task` (a Harbor task's: harbor/)
+    agent: Literal["model", "oracle"] = "model"  # oracle: a Harbor task's own solution/solve.sh instead of a model
     data: Optional[str] = None  # --data: rows instead of the task's own (core/data_source.py: file, folder, hf:...)
     mode: Literal["sandbox", "llm", "both"] = "sandbox"
     repeats: Optional[int] = Field(default=None, ge=1)  # default: the task's
@@ -148,7 +150,9 @@ async def open_sample_runner(cfg: BenchConfig, task: TaskSpec, prompts: PromptCo
     `prestart=False` where the demand is not known, a Ray node: sandboxes start only when a sample asks),
     with its scorer (and judge). `run_dir` is where the samples' folders go."""
     progress = progress or BenchProgress()
-    session = Session(settings(cfg.run, {"max_steps": max_steps}), progress, prompts=prompts, prices=prices)
+    oracle = harbor.OracleClient() if cfg.agent == "oracle" else None
+    session = Session(settings(cfg.run, {"max_steps": max_steps}), progress, prompts=prompts, prices=prices,
+                      client=oracle)
     c = cfg.concurrency
     pool = PoolSettings(size=cfg.pool_size or defaults.pool_size(c), recycle=cfg.recycle, max_uses=cfg.max_uses,
                         prestart=prestart, close_wait_s=cfg.engine_wait_s) if cfg.pool else None
@@ -162,7 +166,8 @@ async def open_sample_runner(cfg: BenchConfig, task: TaskSpec, prompts: PromptCo
         judge = OpenAIChatClient(cfg.judge_model, base_url=cfg.judge_base_url, api_key=cfg.judge_api_key or run.api_key,
                                  temperature=0.0, max_retries=run.max_retries)
         settings_ = JudgeSettings(judge, cfg.judge_prompt.read_text(encoding="utf-8") if cfg.judge_prompt else None)
-    return SampleRunner(session, task, make_scorer(task.scorer, task.offline_scorer, settings_), run_dir,
+    verify = harbor.HarborVerifier(task.harbor) if task.harbor else None
+    return SampleRunner(session, task, make_scorer(task.scorer, task.offline_scorer, settings_), run_dir, verify=verify,
                         retries=cfg.retries, retry_backoff_s=cfg.retry_backoff_s, judge=judge,
                         engine=EngineWatch(cfg.run.backend, cfg.engine_wait_s, progress.on_status, run_dir),
                         on_unwritable=on_unwritable)
@@ -192,7 +197,7 @@ class BenchRun:
         self.cfg = cfg
         self.progress = progress or BenchProgress()
         self.executor = executor  # None: samples run here
-        self.task: TaskSpec = load_task(cfg.task)
+        self.task: TaskSpec = TaskSpec(**cfg.task_spec) if cfg.task_spec else load_task(cfg.task)
         self.prompts: PromptConfig = self.task.prompts()
         if cfg.run.prompt_config:  # the user's file replaces the keys it sets, the task the rest
             self.prompts = self.prompts.model_copy(update=load_prompt_overrides(cfg.run.prompt_config))
@@ -286,12 +291,18 @@ class BenchRun:
         require("bench", "scipy", *modules_needed(self.task.scorer, self.task.offline_scorer,
                                                   bool(self.cfg.judge_model)))
         self.prices = load_prices(self.cfg.run.prices)  # a bad price file stops the run before its folder exists
-        rows = load_rows(self.cfg.data, self.task.dataset, self.task.config, self.task.split, self.cfg.ids,
-                         self.cfg.limit)
+        if self.task.harbor:
+            if self.modes != ["sandbox"]:
+                raise ConfigError("a Harbor task runs in sandbox mode only (its verifier looks at the sandbox)")
+            rows = harbor.rows_of(self.task, oracle=self.cfg.agent == "oracle")
+        else:
+            rows = load_rows(self.cfg.data, self.task.dataset, self.task.config, self.task.split, self.cfg.ids,
+                             self.cfg.limit)
         if not rows:
             raise ConfigError("no rows to run (check --ids / --limit / --data)")
         check_writable(self.run_dir)
-        if self.executor is None or self.executor.same_machine:  # a dead or wrong model server: before the folder
+        if self.cfg.agent == "model" and (self.executor is None or self.executor.same_machine):
+            # a dead or wrong model server: before the folder
             await check_endpoint(settings(self.cfg.run, {}))
         todo = self._open_folder(rows)
         await self._open(todo)

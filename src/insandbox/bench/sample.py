@@ -38,7 +38,7 @@ from ..core.errors import InsandboxError
 from ..core.trajectory import Trajectory, now_iso
 from ..models.base import ModelClient
 from ..runs import layout
-from ..runs.session import RunResult, Session
+from ..runs.session import RunResult, Session, Verify
 from ..sandbox import backend_class
 from .data import Row
 from .scorers import Scorer
@@ -273,7 +273,7 @@ class SampleRunner:
                  retries: int = defaults.SAMPLE_RETRIES, retry_backoff_s: float = defaults.RETRY_BACKOFF_S,
                  engine: Optional[EngineWatch] = None,
                  on_unwritable: Optional[Callable[[OSError], BaseException]] = None,
-                 judge: Optional[ModelClient] = None):
+                 judge: Optional[ModelClient] = None, verify: Optional[Verify] = None):
         self.session, self.task, self.scorer = session, task, scorer
         self.run_dir = Path(run_dir)  # the benchmark folder the samples' folders go in
         self.retries, self.retry_backoff_s = retries, retry_backoff_s
@@ -281,6 +281,9 @@ class SampleRunner:
                                             self.run_dir)
         self.on_unwritable = on_unwritable or self._unwritable
         self.judge = judge  # the scorer's model client, closed with the runner
+        # a verifier that looks at each sandbox sample's sandbox before it goes (a Harbor task's): its
+        # reward is the score, and a verification that failed is the sample's error, never a 0
+        self.verify = verify
 
     async def run(self, row: Row, repeat: int, mode: str, cut_off: bool = False) -> SampleRecord:
         """Run one sample to its record. `cut_off`: an earlier session was stopped while running it (its
@@ -345,8 +348,9 @@ class SampleRunner:
         tries.n += 1
         try:
             folder = self.run_dir / layout.sample_dir(row.id, mode, repeat)
-            task = self.session.task(row.problem_statement, row.id, row.input_files)
-            tries.result, tries.crash = await self.session.run(task, folder, mode), None
+            task = self.session.task(row.problem_statement, row.id, row.input_files, row.input_dir)
+            verify = self.verify if mode == "sandbox" else None
+            tries.result, tries.crash = await self.session.run(task, folder, mode, verify=verify), None
             tries.costs.append(tries.result.trajectory.totals.cost_usd or 0.0)
         except (ConfigError, FileNotFoundError):
             raise
@@ -369,12 +373,29 @@ class SampleRunner:
         elif tries.broke_itself:  # the model's doing: a wrong answer, whatever it wrote first
             detail = {"exit_cause": "sandbox", "why": tries.result.trajectory.exit_detail}
             rec.score, rec.verdict = 0.0, Verdict(tries.result.answer or "", "", "sandbox broke itself", False, detail)
+        elif self.verify is not None and mode == "sandbox":
+            self._verified(rec, tries.result)
         else:
             rec.score, rec.verdict = await self._score(tries.result.answer or "", row)
         if tries.result is not None:
             rec.figures = RunFigures.of(tries.result.trajectory)
         rec.finished_at = time.time()
         return rec
+
+    @staticmethod
+    def _verified(rec: SampleRecord, result: RunResult) -> None:
+        """The verifier's reward as the score; a verification that failed is the sample's error."""
+        v = result.trajectory.verification
+        if v is None:
+            rec.error = "not verified: the verifier did not run"
+        elif v.get("error"):
+            rec.error = f"verification failed: {v['error']}"
+        else:
+            source = (v.get("source") or "").rsplit("/", 1)[-1]
+            rec.score = v["reward"]
+            rec.verdict = Verdict(result.answer or "", "", f"verifier ({source})", False,
+                                  {"rewards": v.get("rewards"), "exit_code": v.get("exit_code"),
+                                   "separate": v.get("separate")})
 
     def _costs(self, tries: _Tries) -> dict:
         price = self.session.price

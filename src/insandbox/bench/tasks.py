@@ -48,6 +48,7 @@ class TaskSpec(BaseModel):
     llm_system_prompt: Optional[str] = None
     llm_instance_prompt: Optional[str] = None
     source: str = ""  # the file it came from
+    harbor: Optional[str] = None  # a Harbor task folder: its rows, and its verifier is the scorer (bench/harbor/)
 
     def prompts(self) -> PromptConfig:
         return PromptConfig(system_prompt=self.system_prompt, instance_prompt=self.instance_prompt,

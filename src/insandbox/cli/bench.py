@@ -16,7 +16,8 @@ POOL = "Sandbox pool"
 @shared_options(*RUN)
 def bench(
     task: Annotated[Optional[str], typer.Argument(help="A built-in task (math, physics, chem, biomed, long_context, "
-                                                       "instruct_follow) or a task YAML file.")] = None,
+                                                       "instruct_follow), a task YAML file, or a Harbor task folder "
+                                                       "(or a folder of them).")] = None,
     data: Annotated[Optional[str], typer.Option(help="Rows instead of the task's hub dataset: a JSON/JSONL/parquet "
                                                      "file, a save_to_disk folder (FOLDER[:SPLIT]) or "
                                                      "hf:NAME[:CONFIG[:SPLIT]] (split: test, else the only one).",
@@ -45,6 +46,9 @@ def bench(
                                                          show_default="the model's")] = None,
     judge_prompt: Annotated[Optional[Path], typer.Option(help="Judge prompt file with {question}, {ground_truth}, "
                                                               "{answer}.", metavar="FILE")] = None,
+    agent: Annotated[str, typer.Option(help="model, or oracle: a Harbor task's own solution/solve.sh instead of a "
+                                            "model (checks a task set: each should score 1).",
+                                       metavar="AGENT")] = "model",
     list_tasks: Annotated[bool, typer.Option("--list", help="List the built-in tasks and exit.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
     pool: Annotated[bool, typer.Option(
@@ -94,16 +98,22 @@ def bench(
             raise BadArgument("name a task (insandbox bench --list), or --resume RUN_DIR")
         if mode not in ("sandbox", "llm", "both"):
             raise BadArgument("--mode is sandbox, llm or both")
+        if agent not in ("model", "oracle"):
+            raise BadArgument("--agent is model or oracle")
+        harbor_path = _harbor_path(task, resume)
+        if agent == "oracle" and harbor_path is None:
+            raise BadArgument("--agent oracle runs a Harbor task's solution: name a Harbor task folder")
         run_cfg = validated(run_settings(shared))
         if resume is None and out is None:  # named now, so that an interrupted run can say where it is
-            out = layout.default_bench_dir(BenchConfig.model_fields["runs_root"].default, task)
+            out = layout.default_bench_dir(BenchConfig.model_fields["runs_root"].default,
+                                           Path(task).name if harbor_path else task)
         given = {"concurrency": concurrency} if concurrency is not None else {}  # else BenchConfig's own
         cfg = BenchConfig(task=task or "resume", data=data, mode=mode, repeats=repeats, limit=limit,
                           ids=[i.strip() for i in ids.split(",") if i.strip()] if ids else None, **given,
                           retries=retries, output_dir=out, judge_model=judge_model,
                           judge_base_url=judge_base_url or shared["base_url"], judge_api_key=judge_api_key,
                           judge_prompt=judge_prompt, pool=pool, recycle=recycle, pool_size=pool_size,
-                          max_uses=max_uses, run=run_cfg)
+                          max_uses=max_uses, run=run_cfg, agent=agent)
     except (BadArgument, ConfigError) as e:
         fail(str(e))
     except ValueError as e:  # pydantic, for the benchmark's own settings
@@ -111,6 +121,8 @@ def bench(
 
         from ..config import describe
         fail(describe(e) if isinstance(e, ValidationError) else str(e))
+    if harbor_path is not None:
+        return _bench_harbor(harbor_path, cfg, console, quiet, resume, ray, processes)
     progress = RichBenchProgress(console, label=(Path(task).stem if task else "resume"))
     if quiet:
         from ..bench.runner import BenchProgress
@@ -137,6 +149,62 @@ def bench(
         console.print(shown(f"error: {errors} of {samples} samples ended in an error (counted as wrong in the "
                             f"accuracy; results.jsonl's `error` says why); run them again with: insandbox bench "
                             f"--resume {result.run_dir}"), style="red")
+        raise typer.Exit(1)
+
+
+def _harbor_path(task: Optional[str], resume: Optional[Path]) -> Optional[Path]:
+    """The Harbor task or dataset folder this command runs (or resumes), else None."""
+    from ..bench import harbor
+    from ..bench.harbor.dataset import is_dataset_run
+
+    if resume is not None:
+        return resume if is_dataset_run(resume) else None
+    return Path(task) if task and harbor.is_harbor_path(Path(task)) else None
+
+
+def _bench_harbor(path: Path, cfg, console, quiet: bool, resume: Optional[Path], ray: Optional[str],
+                  processes: int) -> None:
+    """Harbor tasks: each task a benchmark run (bench/harbor/dataset.py); a dataset's table at the end."""
+    from ..bench.data import DataError
+    from ..bench.harbor import dataset
+    from ..bench.progress import RichBenchProgress
+    from ..bench.runner import BenchAborted, BenchProgress
+    from ..distributed.bench import run_bench
+    from .console import shown
+
+    single = resume is None and (path / "task.toml").is_file()
+
+    def progress_for(task):
+        return RichBenchProgress(console, label=task.name) if single and not quiet else BenchProgress()
+
+    async def run_one(task_cfg, progress):
+        try:
+            return await run_bench(task_cfg, progress, ray=ray, processes=processes)
+        finally:
+            progress.close()
+
+    async def everything():
+        if resume is not None:  # a dataset's run folder: each task's run finished with its own settings
+            return [await run_bench(cfg, BenchProgress(), resume=folder, ray=ray, processes=processes)
+                    for folder in dataset.resumable(resume)]
+        return await dataset.run_tasks(path, cfg, run_one, progress_for, on_status=lambda t: console.print(shown(t)))
+
+    results = finish(everything, bad=(DataError, ValueError, FileNotFoundError), failed=(BenchAborted,))
+    errors = 0
+    for result in results:
+        recs = result.records
+        errors += sum(1 for r in recs if r.get("error"))
+        scores = [r.get("score") or 0.0 for r in recs]
+        mean = sum(scores) / len(scores) if scores else 0.0
+        console.print(shown(f"{result.run_dir.name}: mean reward {mean:.3f} over {len(recs)} sample(s), "
+                            f"{sum(1 for r in recs if r.get('error'))} failed  ({result.run_dir / 'results.jsonl'})"))
+    out = resume or cfg.output_dir
+    if not single:
+        console.print(shown(f"tasks: {out / dataset.INDEX}  view: insandbox view {out}"))
+    if errors:
+        console.print(shown(f"error: {errors} sample(s) ended in an error or a failed verification (counted as 0; "
+                            f"results.jsonl's `error` says why); run them again with: insandbox bench --resume "
+                            f"{out}"), style="red")
         raise typer.Exit(1)
 
 

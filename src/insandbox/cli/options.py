@@ -186,6 +186,8 @@ _declare("cpus", float, defaults.CPUS, "Sandbox CPU limit (0: no limit).", S, re
 _declare("pids_limit", int, defaults.PIDS, "Sandbox process limit (0: no limit).", S, read=_zero_is_none)
 _declare("network", str, defaults.NETWORK, "Sandbox network: bridge (full egress), none, registries (PyPI and Debian "
          "only, through a proxy), host (warned), or an existing Docker network.", S, metavar="NETWORK")
+_declare("allow_hosts", Optional[list[str]], None, "With --network registries: let this host through too (HTTP and "
+         "HTTPS; repeatable).", S, flag="--allow-host", metavar="HOST", read=list)
 _declare("disk", str, defaults.DISK, "What a sandbox may write to its disk, e.g. 10g ('none': no limit; see "
          "docs/backends/docker.md ('The disk limit')).", S, metavar="SIZE", read=_limit_text)
 _declare("runtime", Optional[str], None, "The engine's container runtime, e.g. runsc for gVisor.", S, metavar="NAME",

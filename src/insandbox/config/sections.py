@@ -29,6 +29,7 @@ TOOL_CHOICES = ("auto", "required", "none")
 # bridge, none and host are Docker's own, registries is ours (package registries only, through a
 # proxy: sandbox/docker/proxy.py); any other name must be an existing Docker network
 _NETWORK_NAME = re.compile(r"^(container:)?[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_HOST_NAME = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*")
 # Docker's image reference grammar: [registry[:port]/]name[/name...][:tag][@algorithm:hex], the
 # name's components lowercase; anything else never reaches the engine
 _NAME_PART = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
@@ -125,6 +126,7 @@ class SandboxSettings(BaseModel):
     cpus: Optional[float] = Field(default=defaults.CPUS, gt=0)
     pids_limit: Optional[int] = Field(default=defaults.PIDS, ge=1)
     network: str = defaults.NETWORK
+    allow_hosts: list[str] = Field(default_factory=list)  # --network registries: these hosts too (HTTP and HTTPS)
     disk: Optional[str] = defaults.DISK  # what a sandbox may write to its own filesystem
     runtime: Optional[str] = None  # the engine's OCI runtime (e.g. runsc); None: its default
     cap_add: list[str] = Field(default_factory=list)  # capabilities beyond the few a sandbox keeps
@@ -140,6 +142,14 @@ class SandboxSettings(BaseModel):
             raise ValueError(f"{v!r} is not a network: use bridge, none, registries, host or the name of a "
                              "Docker network")
         return v
+
+    @field_validator("allow_hosts")
+    @classmethod
+    def _hosts(cls, v: list[str]) -> list[str]:
+        for host in v:
+            if not _HOST_NAME.fullmatch(host.lower()):
+                raise ValueError(f"{host!r} is not a host name")
+        return sorted({h.lower() for h in v})
 
     @field_validator("image")
     @classmethod
@@ -177,7 +187,7 @@ class SandboxSettings(BaseModel):
         from ..sandbox import SandboxLimits
 
         return SandboxLimits(self.memory, self.cpus, self.pids_limit, self.network, self.disk, self.runtime,
-                             tuple(self.cap_add))
+                             tuple(self.cap_add), tuple(self.allow_hosts))
 
     def sandbox_spec(self, run_id: str = "") -> SandboxSpec:
         """What a sandbox of these settings is started from (the run's own episodes take theirs from

@@ -131,6 +131,7 @@ class Trajectory(BaseModel):
     answer: Optional[str] = None
     output_files: list[str] = Field(default_factory=list)
     output_skipped: list[SkippedOutput] = Field(default_factory=list)
+    verification: Optional[dict[str, Any]] = None  # a verifier's look at the sandbox after the episode (Harbor)
     price: Optional[Price] = None  # what the model's calls cost; None: not priced (e.g. RL rollouts)
     totals: Totals = Field(default_factory=Totals)
 

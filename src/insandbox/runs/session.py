@@ -18,6 +18,7 @@ import datetime as _dt
 import importlib.util
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Union
@@ -40,6 +41,9 @@ from ..sandbox import OperationError, SandboxError, SetupError, backend_class
 from ..sandbox.admission import Admission
 from ..sandbox.pool import SandboxPool
 from . import layout
+
+# looks at a sandbox whose episode ended on the model's terms, before it goes (runs/session.py, Session.run)
+Verify = Callable[[Any], Awaitable[dict]]
 
 
 @dataclass
@@ -350,8 +354,10 @@ class Session:
         """One episode's environment: the settings' own, its sandbox started through this session's admission."""
         return dataclasses.replace(self.cfg.env_config(self.prompts, run_id, pool), admission=self.admission)
 
-    def task(self, prompt: str, task_id: str = "", input_files: Optional[dict] = None) -> Task:
-        return Task(prompt=prompt, id=task_id, input_dir=self.cfg.input_dir, input_files=dict(input_files or {}))
+    def task(self, prompt: str, task_id: str = "", input_files: Optional[dict] = None,
+             input_dir: Optional[Path] = None) -> Task:
+        return Task(prompt=prompt, id=task_id, input_dir=input_dir or self.cfg.input_dir,
+                    input_files=dict(input_files or {}))
 
     async def close(self) -> None:
         """The pool's sandboxes removed, then the client closed (when the session made it); once."""
@@ -371,10 +377,12 @@ class Session:
 
     # ------------------------------------------------------------------ one run
     async def run(self, task: Task, output_dir: Optional[Path] = None, mode: Optional[str] = None,
-                  observer: Optional[RunObserver] = None) -> RunResult:
+                  observer: Optional[RunObserver] = None, verify: Optional[Verify] = None) -> RunResult:
         """Run `task` in `mode` (default: the settings') in a run folder: `output_dir`, else the settings'
         output_dir, else a new folder under runs_root. The folder is finished whatever happens; a run
-        cancelled (Ctrl-C, SIGTERM) is recorded as interrupted, then the cancellation goes on."""
+        cancelled (Ctrl-C, SIGTERM) is recorded as interrupted, then the cancellation goes on. `verify`:
+        once a sandbox episode ended on the model's terms, this looks at the sandbox before it goes (a
+        Harbor task's verifier); what it returns is the trajectory's `verification`."""
         if output_dir is not None:
             check_output_folder(Path(output_dir))
         cfg = self._settings_of_run(output_dir, mode)
@@ -382,7 +390,7 @@ class Session:
         folder = self._new_folder(cfg, task)
         observer.on_start(folder.traj, folder.path)
         try:
-            await self._episode(cfg, task, folder, observer)
+            await self._episode(cfg, task, folder, observer, verify)
         except asyncio.CancelledError:  # the record is kept, then the caller learns of it
             if folder.traj.exit_reason is None:
                 folder.traj.end(ExitReason.INTERRUPTED, INTERRUPTED_DETAIL)
@@ -417,7 +425,8 @@ class Session:
                 "sandbox_dirs": {k: getattr(self.prompts, k) for k in ("working_dir", "input_dir", "output_dir")},
                 **_inputs_record(task, run_dir, keep=cfg.mode == "sandbox")}
 
-    async def _episode(self, cfg: RunConfig, task: Task, folder: RunFolder, observer: RunObserver) -> None:
+    async def _episode(self, cfg: RunConfig, task: Task, folder: RunFolder, observer: RunObserver,
+                       verify: Optional[Verify] = None) -> None:
         traj = folder.traj
         if cfg.mode == "llm":
             traj.answer = await run_llm_once(self.client, task, self.prompts, traj, observer.on_step)
@@ -425,6 +434,10 @@ class Session:
         env = SandboxEnv(self.env_config(traj.run_id, self.pool))
         try:
             await run_episode(env, self.client, task, traj, observer.on_step, folder.save)
+            if verify is not None and env.sandbox is not None and traj.exit_reason is not None \
+                    and not traj.exit_reason.is_failure:
+                traj.verification = await verify(env.sandbox)
+                folder.save()
         finally:
             await folder.collect(env)
 

@@ -122,6 +122,7 @@ class SandboxLimits:
     disk: Optional[str] = defaults.DISK  # what the sandbox may write (enforced where the engine's storage can)
     runtime: Optional[str] = None  # the engine's OCI runtime, e.g. runsc (gVisor); None: the engine's default
     cap_add: tuple[str, ...] = ()  # capabilities on top of the few kept (see sandbox/limits.py)
+    allow_hosts: tuple[str, ...] = ()  # network "registries": these hosts are let through too (HTTP and HTTPS)
     # memory and disk in bytes, read once here: backends take these, never the text (kept for messages)
     memory_bytes: Optional[int] = field(init=False, repr=False, compare=False)
     disk_bytes: Optional[int] = field(init=False, repr=False, compare=False)
@@ -209,6 +210,7 @@ class Capabilities:
     named_networks: bool = False  # any other value names a network of the backend's own
     limits: tuple[str, ...] = ()  # which of LIMITS it holds (a sandbox asking for another one is refused)
     runtimes: bool = False  # SandboxLimits.runtime names one of its engine's OCI runtimes
+    build_images: bool = False  # build_image()/image_config(): images from a user's Dockerfile (Harbor tasks)
 
 
 def _listed(names: tuple[str, ...]) -> str:
@@ -305,6 +307,18 @@ class Sandbox(ABC):
         """Remove this process's sandboxes whose removal failed while the backend was away (call it once
         the backend answers again); returns their names. Those still failing are kept for a later call."""
         return []
+
+    @classmethod
+    async def image_config(cls, image: str) -> Optional[dict]:
+        """An image of the backend's, as {"workdir": its working folder, "python3": whether insandbox's
+        server can run on it}; None when the backend does not have it. By default: refused."""
+        raise SetupError(f"the {cls.backend} backend does not work with a task's own image")
+
+    @classmethod
+    async def build_image(cls, folder: Path, tag: str, timeout_s: float) -> None:
+        """Build the Dockerfile in `folder` as `tag` (SandboxError with the build's last lines when it
+        fails or runs past `timeout_s`). By default: refused."""
+        raise SetupError(f"the {cls.backend} backend does not build images from a Dockerfile")
 
     @classmethod
     def kill_all_now(cls) -> None:

@@ -10,7 +10,7 @@ from ...models.base import ModelClient
 from ..data import Row
 from .base import Scorer, ScoreResult, last_boxed, strip_thinking
 
-BUILTIN = ("math", "choice", "choice-reference", "ifbench", "judge", "exact", "rouge")
+BUILTIN = ("math", "choice", "choice-reference", "ifbench", "judge", "exact", "rouge", "verifier")
 MODULES = {"math": ("math_verify",), "ifbench": ("if_verifiable",), "rouge": ("rouge_score",)}  # of the bench extra
 
 
@@ -77,6 +77,9 @@ def _builtin(name: str) -> Scorer:
     if name == "rouge":
         from .rouge import RougeL
         return RougeL()
+    if name == "verifier":
+        from .verifier import Verifier
+        return Verifier()
     raise ValueError(f"unknown scorer {name!r}; built-in: {', '.join(BUILTIN)}, or module:function")
 
 

@@ -79,7 +79,7 @@ class DockerSandbox(DockerFiles, ServerCommands, Sandbox):
     backend: ClassVar[str] = "docker"
     capabilities: ClassVar[Capabilities] = Capabilities(
         recycle=True, snapshot=True, disk_limit=True, network_modes=("bridge", "none", "host", "registries"),
-        named_networks=True, limits=("memory", "cpus", "pids"), runtimes=True)
+        named_networks=True, limits=("memory", "cpus", "pids"), runtimes=True, build_images=True)
 
     def __init__(self, spec: SandboxSpec):
         super().__init__(spec)
@@ -121,7 +121,8 @@ class DockerSandbox(DockerFiles, ServerCommands, Sandbox):
         if why:
             raise SetupError(why)
         if net == REGISTRIES:
-            await engine.call(proxy.ensure, on_status, on_progress)
+            endpoints = proxy.allowed_endpoints(hosts=spec.limits.allow_hosts)
+            await engine.call(proxy.ensure, on_status, on_progress, endpoints)
         elif net not in BUILTIN_NETWORKS and not net.startswith("container:"):
             found = await engine.call(api.networks, names=[net])
             if not any(n.get("Name") == net for n in found):
@@ -189,6 +190,18 @@ class DockerSandbox(DockerFiles, ServerCommands, Sandbox):
 
     # ------------------------------------------------------------------ an image's files, for engine-less backends
     @classmethod
+    async def image_config(cls, image: str) -> Optional[dict]:
+        from . import userimage
+
+        return await engine.call(userimage.image_config, image)
+
+    @classmethod
+    async def build_image(cls, folder: Path, tag: str, timeout_s: float) -> None:
+        from . import userimage
+
+        await engine.call(userimage.build_image, folder, tag, timeout_s)
+
+    @classmethod
     def image_id(cls, image: str) -> Optional[str]:
         """The image's id in the engine, None where it is not there; raises when the engine does not answer."""
         from . import export
@@ -246,7 +259,7 @@ class DockerSandbox(DockerFiles, ServerCommands, Sandbox):
         if lim.network == REGISTRIES:
             from . import proxy
 
-            px = await engine.call(proxy.ensure)
+            px = await engine.call(proxy.ensure, endpoints=proxy.allowed_endpoints(hosts=lim.allow_hosts))
             network_mode, env = px.network_id, {**px.env(), **env}
             self.network_info = px.info()
             self._proxy = (px.address, px.name)

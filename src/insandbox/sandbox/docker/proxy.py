@@ -167,9 +167,9 @@ def apt_source_urls(etc_apt: Path = Path("/etc/apt")) -> list[str]:
 
 
 def allowed_endpoints(environ: Mapping[str, str] = os.environ, etc_apt: Path = Path("/etc/apt"),
-                      pip_files: Optional[Iterable[Path]] = None) -> list[Endpoint]:
+                      pip_files: Optional[Iterable[Path]] = None, hosts: Iterable[str] = ()) -> list[Endpoint]:
     """PyPI and Debian (HTTP and HTTPS), this machine's pip indexes and apt mirrors, the Debian
-    mirror the images are built from, and INSANDBOX_REGISTRIES_ALLOW (a bare host: HTTP and HTTPS)."""
+    mirror the images are built from, INSANDBOX_REGISTRIES_ALLOW and `hosts` (a bare host: HTTP and HTTPS)."""
     found: set[Endpoint] = set()
 
     def add_host(host: str) -> None:
@@ -187,6 +187,10 @@ def allowed_endpoints(environ: Mapping[str, str] = os.environ, etc_apt: Path = P
         ep = endpoint_of(url)
         if ep:
             found.add(ep)
+    for host in hosts:
+        if not _HOST.match(host.lower()):
+            raise SetupError(f"{host!r} is not a host name")
+        add_host(host.lower())
     for item in re.split(r"[,\s]+", environ.get(ALLOW_ENV, "")):
         if "://" in item:
             ep = endpoint_of(item)
