@@ -246,4 +246,15 @@ sys.exit(0 if image.image_exists(proxy.image_tag()) else 1)" 2>/dev/null; then
   log "building the proxy image of --network registries (once; about 10 s)"
   .venv/bin/insandbox image build-proxy >/dev/null
 fi
+# --- 6. Harbor's published wheel (full): the ATIF tests validate exports with its own models ----------
+# (it needs Python 3.12, so it is never installed: the tests load its trajectory models from the wheel)
+if [ "$profile" = full ]; then
+  harbor_cache=${INSANDBOX_WHEEL_CACHE:-$HOME/.cache/insandbox/wheels}
+  if ! ls "$harbor_cache"/harbor-0.26.0-*.whl >/dev/null 2>&1; then
+    log "fetching Harbor 0.26.0's wheel for the ATIF tests (not installed)"
+    mkdir -p "$harbor_cache"
+    .venv/bin/pip download -q --no-deps --only-binary :all: --python-version 3.12 -d "$harbor_cache" \
+      harbor==0.26.0 2>&1 | grep -v "is ignored: it is neither" || true
+  fi
+fi
 log "ready ($profile profile): .venv/bin/insandbox"

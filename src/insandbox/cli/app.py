@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from . import bench, clean, image, replay, rl, run, serve, view
+from . import atif, bench, clean, image, replay, rl, run, serve, view
 from .command import Command
 from .common import click_exceptions, command_of, exit_code_of, missing_need
 
@@ -23,6 +23,12 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=N
 image_app = typer.Typer(no_args_is_help=True, help="Build and inspect the sandbox image.")
 app.add_typer(image_app, name="image")
 app.add_typer(rl.app, name="rl")
+export_app = typer.Typer(no_args_is_help=True, help="Write runs in another format.")
+import_app = typer.Typer(no_args_is_help=True, help="Make run folders from another format.")
+app.add_typer(export_app, name="export")
+app.add_typer(import_app, name="import")
+export_app.command("atif", cls=Command)(atif.export_atif)
+import_app.command("atif", cls=Command)(atif.import_atif)
 app.command("run", cls=Command)(run.run)
 app.command("bench", cls=Command)(bench.bench)
 app.command("report", cls=Command)(bench.report)
