@@ -155,10 +155,16 @@ def bench(
 def _harbor_path(task: Optional[str], resume: Optional[Path]) -> Optional[Path]:
     """The Harbor task or dataset folder this command runs (or resumes), else None."""
     from ..bench import harbor
+    from ..bench.harbor.archive import is_archive, unpack
     from ..bench.harbor.dataset import is_dataset_run
 
     if resume is not None:
         return resume if is_dataset_run(resume) else None
+    if task and is_archive(Path(task)):
+        folder = unpack(Path(task))
+        if not harbor.is_harbor_path(folder):
+            raise BadArgument(f"{task}: the archive holds no Harbor task folder (task.toml and instruction.md)")
+        return folder
     return Path(task) if task and harbor.is_harbor_path(Path(task)) else None
 
 

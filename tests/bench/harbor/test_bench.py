@@ -85,9 +85,14 @@ def test_one_task_folder_into_the_folder_given_and_the_oracle(scripted, tmp_path
     assert _records(out)["rev"]["score"] == 1.0 and _records(out)["rev"]["score_method"] == "verifier (reward.txt)"
     # the oracle runs the task's own solution: a task set's self-check, with no model server
     oracle = tmp_path / "oracle"
-    r = cli("bench", str(task), "--agent", "oracle", "--out", str(oracle), "-q", timeout=600)
+    r = cli("bench", str(task), "--agent", "oracle", "--repeats", "3", "--out", str(oracle), "-q", timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert _records(oracle)["rev"]["score"] == 1.0
+    records = [json.loads(line) for line in (oracle / "results.jsonl").read_text().splitlines()]
+    assert sorted((r["repeat"], r["score"]) for r in records) == [(0, 1.0), (1, 1.0), (2, 1.0)]
+    # --resume on a finished run: nothing runs again, the records stay
+    r = cli("bench", "--resume", str(oracle), "-q", timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert len((oracle / "results.jsonl").read_text().splitlines()) == 3
     # a task whose solution is wrong fails its own check
     broken = write_task(tmp_path / "b", "broken", solve=WRONG)
     r = cli("bench", str(broken), "--agent", "oracle", "--out", str(tmp_path / "oracle-b"), "-q", timeout=600)

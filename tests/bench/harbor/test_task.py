@@ -88,3 +88,47 @@ def test_the_image_tag_follows_the_environment_s_content(tmp_path):
     changed = environment.content_tag(env)
     (env / "data.txt").chmod(0o644)
     assert environment.content_tag(env) != changed
+
+
+def test_archives_unpack_by_rules(tmp_path, monkeypatch):
+    import io
+    import tarfile
+    import zipfile
+
+    from insandbox.bench.harbor.archive import unpack
+
+    monkeypatch.setenv("INSANDBOX_CACHE_DIR", str(tmp_path / "cache"))
+    task = write_task(tmp_path / "src", "packed")
+    good = tmp_path / "task.tar.gz"
+    with tarfile.open(good, "w:gz") as tar:
+        tar.add(task, arcname="packed")
+    folder = unpack(good)
+    assert folder.name == "packed" and load_tasks(folder)[0].name == "packed"
+    assert (folder / "tests" / "test.sh").read_text() == (task / "tests" / "test.sh").read_text()
+    assert unpack(good) == folder  # once per content
+    zipped = tmp_path / "task.zip"
+    with zipfile.ZipFile(zipped, "w") as z:
+        for p in sorted(task.rglob("*")):
+            z.write(p, f"packed/{p.relative_to(task)}")
+    assert load_tasks(unpack(zipped))[0].name == "packed"
+
+    def tar_with(name: str, kind=tarfile.REGTYPE, target: str = "") -> tarfile.TarInfo:
+        info = tarfile.TarInfo(name)
+        info.type, info.linkname = kind, target
+        return info
+
+    for n, (info, says) in enumerate([(tar_with("../escape.txt"), "outside the folder"),
+                                      (tar_with("/etc/evil"), "outside the folder"),
+                                      (tar_with("t/link", tarfile.SYMTYPE, "/etc/passwd"), "a link"),
+                                      (tar_with("t/dev", tarfile.CHRTYPE), "special file")]):
+        bad = tmp_path / f"bad{n}.tar"
+        with tarfile.open(bad, "w") as tar:
+            tar.addfile(info, io.BytesIO(b""))
+        with pytest.raises(ConfigError, match=says):
+            unpack(bad)
+    assert not (tmp_path / "escape.txt").exists()
+    evil = tmp_path / "evil.zip"
+    with zipfile.ZipFile(evil, "w") as z:
+        z.writestr("../../outside.txt", "x")
+    with pytest.raises(ConfigError, match="outside the folder"):
+        unpack(evil)
