@@ -89,6 +89,7 @@ class EnvConfig:
     backend: str = defaults.BACKEND
     run_id: str = ""
     pool: Optional[SandboxPool] = None  # take started sandboxes from it and give them back (bench, RL)
+    pool_url: Optional[str] = None  # without a pool: take them from this sandbox service (`insandbox pool serve`)
     admission: Optional[Admission] = None  # the session's way through the admission gate (None: the process's)
 
     def episode_limits(self) -> Limits:
@@ -144,6 +145,7 @@ class SandboxEnv:
         self.episode: Optional[Episode] = None
         self._started = False  # the current episode's sandbox is up
         self._open: list[Sandbox] = []  # created by this env and not removed yet
+        self._served = None  # the sandbox service's pool, made on first use when config.pool_url names one
         self.ready_s: Optional[float] = None  # this episode: from reset() to the sandbox ready for commands
         self._snapshot = None  # a forked env: the snapshot its sandbox was started from (released at close)
 
@@ -196,8 +198,13 @@ class SandboxEnv:
             await self._remove(previous, quietly=True)
         c, p = self.config, self.config.prompts
         t0 = time.perf_counter()
-        if c.pool is not None:
-            sandbox = await c.pool.acquire()
+        if c.pool is None and c.pool_url and self._served is None:
+            from ..sandbox.served import make_pool
+
+            self._served = make_pool(c.sandbox_spec(), c.backend, c.pool_url)
+        pool = c.pool or self._served
+        if pool is not None:
+            sandbox = await pool.acquire()
             self._open.append(sandbox)
             self.sandbox = sandbox
         else:
@@ -372,14 +379,18 @@ class SandboxEnv:
         if self._snapshot is not None and not self._open:
             snap, self._snapshot = self._snapshot, None
             await snap.release()
+        if self._served is not None:
+            served, self._served = self._served, None
+            await served.close()
         if errors:
             raise errors[0]
 
     async def _remove(self, sandbox: Sandbox, quietly: bool = False) -> None:
-        if self.config.pool is not None:  # back to the pool: recycled for another episode, or removed there
+        pool = self.config.pool or self._served
+        if pool is not None:  # back to the pool: recycled for another episode, or removed there
             if sandbox in self._open:
                 self._open.remove(sandbox)
-                self.config.pool.release(sandbox)
+                pool.release(sandbox)
             return
         try:
             await sandbox.close()

@@ -94,11 +94,14 @@ def click_exceptions():
     return exceptions
 
 
+GROUPS = ("rl", "image", "export", "import", "pool")  # commands whose name is two words
+
+
 def command_of(argv: list[str]) -> str:
     """The command as typed, for messages: 'report', 'rl export', 'image status'."""
     words = []
     for arg in argv:
-        if arg.startswith("-") or len(words) == (2 if words and words[0] in ("rl", "image", "export", "import") else 1):
+        if arg.startswith("-") or len(words) == (2 if words and words[0] in GROUPS else 1):
             break
         words.append(arg)
     return " ".join(words)

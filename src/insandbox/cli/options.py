@@ -186,6 +186,9 @@ _declare("cpus", float, defaults.CPUS, "Sandbox CPU limit (0: no limit).", S, re
 _declare("pids_limit", int, defaults.PIDS, "Sandbox process limit (0: no limit).", S, read=_zero_is_none)
 _declare("network", str, defaults.NETWORK, "Sandbox network: bridge (full egress), none, registries (PyPI and Debian "
          "only, through a proxy), host (warned), or an existing Docker network.", S, metavar="NETWORK")
+_declare("pool_url", Optional[str], None, "Take sandboxes from a sandbox service (insandbox pool serve): "
+         "unix:///path.sock or http://127.0.0.1:PORT [env INSANDBOX_POOL_URL].", S, metavar="URL",
+         shown="start them here")
 _declare("allow_hosts", Optional[list[str]], None, "With --network registries: let this host through too (HTTP and "
          "HTTPS; repeatable).", S, flag="--allow-host", metavar="HOST", read=list)
 _declare("disk", str, defaults.DISK, "What a sandbox may write to its disk, e.g. 10g ('none': no limit; see "

@@ -134,6 +134,8 @@ class SandboxSettings(BaseModel):
     build_image: bool = True  # build the image when it is missing (insandbox images only)
     # live sandboxes of this process at most; more starts wait (sandbox/admission.py); None: $INSANDBOX_MAX_SANDBOXES
     max_sandboxes: Optional[int] = Field(default=None, ge=1)
+    # sandboxes from a sandbox service (`insandbox pool serve`) instead of started here; None: $INSANDBOX_POOL_URL
+    pool_url: Optional[str] = None
 
     @field_validator("network")
     @classmethod
@@ -197,10 +199,26 @@ class SandboxSettings(BaseModel):
         return SandboxSpec(image=self.image, limits=self.sandbox_limits(), env=dict(self.env), run_id=run_id,
                            output_limit_chars=self.output_limit, build_image=self.build_image)
 
+    def served_by(self) -> Optional[str]:
+        """The sandbox service's URL: --pool-url, else $INSANDBOX_POOL_URL, else None (sandboxes start here)."""
+        import os
+
+        return self.pool_url or os.environ.get("INSANDBOX_POOL_URL") or None
+
+    @field_validator("pool_url")
+    @classmethod
+    def _pool_url(cls, v: Optional[str]) -> Optional[str]:
+        if v:
+            from ..sandbox.served.protocol import parse_url
+
+            parse_url(v)
+        return v or None
+
     def env_fields(self) -> dict:
         """These settings as EnvConfig fields (agent/env.py)."""
         return dict(backend=self.backend, image=self.image, limits=self.sandbox_limits(), env_vars=dict(self.env),
-                    command_timeout=self.timeout_per_command, output_limit_chars=self.output_limit)
+                    command_timeout=self.timeout_per_command, output_limit_chars=self.output_limit,
+                    pool_url=self.served_by())
 
 
 class CopyBack(BaseModel):

@@ -323,7 +323,16 @@ class Session:
         pool, then the model client."""
         if self.client is None:
             await check_endpoint(self.cfg)
-        if sandbox:
+        served = self.cfg.served_by()
+        if sandbox and served:  # the sandbox service holds them: its configuration must be this run's
+            self._pool_settings = pool or PoolSettings(size=1)
+            self.pool = self._make_pool(self._pool_settings)
+            try:
+                await self.pool.check()
+            except BaseException:
+                await self.pool.close()
+                raise
+        elif sandbox:
             # made now: a bad INSANDBOX_ADMIT_* setting stops here, before the backend is prepared
             self._admission = self._admission or admission_of(self.cfg, self.observer)
             await prepare_backend(self.cfg, self.observer)
@@ -346,9 +355,11 @@ class Session:
         return self._admission
 
     def _make_pool(self, pool: PoolSettings) -> SandboxPool:
+        from ..sandbox.served import make_pool
+
         spec = self.env_config(pool.run_id).sandbox_spec()
-        return SandboxPool(spec, self.cfg.backend, size=pool.size, recycle=pool.recycle, max_uses=pool.max_uses,
-                           prestart=pool.prestart)
+        return make_pool(spec, self.cfg.backend, self.cfg.served_by(), size=pool.size, recycle=pool.recycle,
+                         max_uses=pool.max_uses, prestart=pool.prestart)
 
     def env_config(self, run_id: str, pool: Optional[SandboxPool] = None) -> EnvConfig:
         """One episode's environment: the settings' own, its sandbox started through this session's admission."""

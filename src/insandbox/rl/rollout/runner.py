@@ -46,6 +46,7 @@ from ...prompts import PromptConfig, load_prompt_config
 from ...sandbox import Skipped
 from ...sandbox.admission import Admission
 from ...sandbox.pool import SandboxPool
+from ...sandbox.served import make_pool
 from ..rewards import Outcome, RewardConfig, RewardResult, broken_sandbox_reward
 from .chat import ChatFormat
 from .output import RolloutsResult, write_rollouts
@@ -150,11 +151,11 @@ class Rollouts:
         """n rollouts of every row (a GRPO group each), at most `concurrency` sandboxes at once;
         records in row order, then sample order."""
         gate = asyncio.Semaphore(concurrency)
-        own_pool = self.pool is None and self.config.pool
-        if own_pool:
-            self.pool = SandboxPool(self.env_template.sandbox_spec(), self.env_template.backend,
-                                    size=defaults.pool_size(concurrency),
-                                    recycle=self.config.recycle)
+        own_pool = self.pool is None and (self.config.pool or bool(self.config.served_by()))
+        if own_pool:  # a sandbox service's (--pool-url), else this process's
+            self.pool = make_pool(self.env_template.sandbox_spec(), self.env_template.backend,
+                                  self.config.served_by(), size=defaults.pool_size(concurrency),
+                                  recycle=self.config.recycle)
             self.pool.expect(len(rows) * n)
 
         async def one(i: int, row: dict, k: int) -> RolloutRecord:
