@@ -20,6 +20,10 @@ used sandbox, --no-pool gives every sample a sandbox of its own as before the po
 pool starts fresh sandboxes ahead and removes used ones.
 --processes N runs the samples in N worker processes (`insandbox bench --processes`), each with its share
 of the concurrency and a pool of its own (the containers/recycled columns are then the driver's: none).
+--served SIZE runs each concurrency against a sandbox service (`insandbox pool serve --size SIZE`, fresh
+sandboxes: each used one is removed and replaced) started, and waited for until 90% of SIZE is ready, before
+the clock starts: the first wave finds its sandboxes warm. Printed too: the service's CPU while idle and the
+host memory per ready sandbox.
 """
 from __future__ import annotations
 
@@ -85,7 +89,8 @@ def model_server(turns: dict, latency: float, work: Path):
 
 
 def bench_config(concurrency: int, n: int, calls: int, work: Path, url: str, pool: bool = True,
-                 recycle: bool = True, backend: str = "docker", network: str = "bridge") -> BenchConfig:
+                 recycle: bool = True, backend: str = "docker", network: str = "bridge",
+                 pool_url: str | None = None) -> BenchConfig:
     """`n` samples of the throughput task against the scripted model at `url`, run folder work/run-<concurrency>."""
     data = work / f"rows-{concurrency}.jsonl"
     data.write_text("".join(json.dumps({"id": f"s{i}", "problem_statement": f"Throughput probe {i}.",
@@ -94,7 +99,8 @@ def bench_config(concurrency: int, n: int, calls: int, work: Path, url: str, poo
     task.write_text(TASK_YAML)
     return BenchConfig(task=str(task), data=data, concurrency=concurrency, output_dir=work / f"run-{concurrency}",
                        pool=pool, recycle=recycle, run=RunConfig(model="scripted", base_url=url, max_steps=calls + 5,
-                                                                 backend=backend, network=network))
+                                                                 backend=backend, network=network,
+                                                                 pool_url=pool_url))
 
 
 def mem_available() -> int:
@@ -131,10 +137,61 @@ class MemoryWatch(threading.Thread):
         self.join()
 
 
+@contextlib.contextmanager
+def sandbox_service(size: int, backend: str, network: str, work: Path):
+    """`insandbox pool serve` on a free port, waited for until 90% of `size` is ready; yields (url, figures)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    exe = str(Path(sys.executable).parent / "insandbox")
+    before = mem_available()
+    proc = subprocess.Popen([exe, "pool", "serve", "--size", str(size), "--port", str(port), "--backend", backend,
+                             "--network", network], stdout=subprocess.DEVNULL, stderr=open(work / "service.log", "w"))
+    try:
+        t0 = time.monotonic()
+        while True:
+            out = subprocess.run([exe, "pool", "status", "--pool-url", url, "--json"], capture_output=True, text=True)
+            if out.returncode == 0 and json.loads(out.stdout)["ready"] >= 0.9 * size:
+                break
+            if proc.poll() is not None or time.monotonic() - t0 > 600:
+                raise RuntimeError(f"the service did not get ready: {(work / 'service.log').read_text()[-2000:]}")
+            time.sleep(0.5)
+        warm_s = time.monotonic() - t0
+        time.sleep(3)  # settled: then the idle CPU is the service's own
+        ticks = os.sysconf("SC_CLK_TCK")
+
+        def cpu() -> float:
+            fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / ticks
+        c0, w0 = cpu(), time.monotonic()
+        time.sleep(10)
+        idle_cpu = (cpu() - c0) / (time.monotonic() - w0)
+        ready = json.loads(subprocess.run([exe, "pool", "status", "--pool-url", url, "--json"], capture_output=True,
+                                          text=True).stdout)["ready"]
+        figures = {"warm_s": warm_s, "idle_cpu": idle_cpu,
+                   "mib_per_ready": (before - mem_available()) / (1 << 20) / max(ready, 1),
+                   "rss_mib": int(Path(f"/proc/{proc.pid}/statm").read_text().split()[1]) * 4096 / (1 << 20)}
+        yield url, figures
+    finally:
+        proc.terminate()
+        proc.wait(120)
+
+
 async def measure(concurrency: int, n: int, latency: float, calls: int, work: Path, pool: bool = True,
-                  recycle: bool = True, backend: str = "docker", network: str = "bridge", processes: int = 1) -> dict:
+                  recycle: bool = True, backend: str = "docker", network: str = "bridge", processes: int = 1,
+                  served: int = 0) -> dict:
+    with contextlib.ExitStack() as stack:
+        url, service = (stack.enter_context(sandbox_service(served, backend, network, work)) if served
+                        else (None, None))
+        return {**await _measure(concurrency, n, latency, calls, work, pool, recycle, backend, network, processes,
+                                 url), "service": service}
+
+
+async def _measure(concurrency: int, n: int, latency: float, calls: int, work: Path, pool: bool, recycle: bool,
+                   backend: str, network: str, processes: int, pool_url: str | None) -> dict:
     with model_server(script(calls), latency, work) as srv, MemoryWatch() as memory:
-        cfg = bench_config(concurrency, n, calls, work, srv.url, pool, recycle, backend, network)
+        cfg = bench_config(concurrency, n, calls, work, srv.url, pool, recycle, backend, network, pool_url)
         t0 = time.time()
         result = await run_bench(cfg, processes=processes)
         wall = time.time() - t0
@@ -169,10 +226,12 @@ async def main(a: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="insandbox-throughput-") as tmp:
         for c in a.concurrency:
             rows.append(await measure(c, c * a.waves, a.latency, a.calls, Path(tmp), not a.no_pool, not a.no_recycle,
-                                      a.backend, a.network, a.processes))
+                                      a.backend, a.network, a.processes, a.served))
             r = rows[-1]
             print(f"  concurrency {c}: {r['samples']} samples in {r['wall_s']:.1f}s", flush=True)
-    how = "no pool" if a.no_pool else "pool without recycling" if a.no_recycle else "pool with recycling"
+    how = ("no pool" if a.no_pool else "pool without recycling" if a.no_recycle else "pool with recycling")
+    if a.served:
+        how = f"a sandbox service of {a.served} (fresh sandboxes)"
     print(f"\nscripted model: {a.latency:g} s per call, {a.calls} calls per sample, {a.waves} waves; {how}; "
           f"backend {a.backend}, --network {a.network}, --processes {a.processes}\n")
     print(f"{'concurrency':>11} {'samples':>8} {'errors':>7} {'wall s':>7} {'samples/min':>12} {'ideal/min':>10} "
@@ -185,6 +244,12 @@ async def main(a: argparse.Namespace) -> None:
               f"{r['ramp_s']:>7.1f} "
               + (f"{r['steady_per_min']:>11.1f} {r['steady_per_min'] / r['ideal_per_min']:>16.0%}"
                  if r['steady_per_min'] else f"{'-':>11} {'-':>16}") + f" {r['mib_per_sandbox']:>12.0f}")
+    for r in rows:
+        if r["service"]:
+            s = r["service"]
+            print(f"service (concurrency {r['concurrency']}): ready in {s['warm_s']:.1f} s; idle CPU "
+                  f"{s['idle_cpu']:.1%} of a core; host memory per ready sandbox {s['mib_per_ready']:.0f} MiB; "
+                  f"service RSS {s['rss_mib']:.0f} MiB")
 
 
 if __name__ == "__main__":
@@ -198,4 +263,6 @@ if __name__ == "__main__":
     ap.add_argument("--backend", default="docker", help="sandbox backend: docker, or bwrap (no engine)")
     ap.add_argument("--network", default="bridge", help="the sandboxes' network mode")
     ap.add_argument("--processes", type=int, default=1, help="insandbox bench --processes: worker processes")
+    ap.add_argument("--served", type=int, default=0, metavar="SIZE",
+                    help="take sandboxes from a sandbox service of SIZE ready sandboxes (insandbox pool serve)")
     asyncio.run(main(ap.parse_args()))
