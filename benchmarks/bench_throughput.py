@@ -20,10 +20,10 @@ used sandbox, --no-pool gives every sample a sandbox of its own as before the po
 pool starts fresh sandboxes ahead and removes used ones.
 --processes N runs the samples in N worker processes (`insandbox bench --processes`), each with its share
 of the concurrency and a pool of its own (the containers/recycled columns are then the driver's: none).
---served SIZE runs each concurrency against a sandbox service (`insandbox pool serve --size SIZE`, fresh
-sandboxes: each used one is removed and replaced) started, and waited for until 90% of SIZE is ready, before
-the clock starts: the first wave finds its sandboxes warm. Printed too: the service's CPU while idle and the
-host memory per ready sandbox.
+--served SIZE runs each concurrency against a sandbox service (`insandbox pool serve --size SIZE`; with
+--no-recycle, its default: each used sandbox removed and replaced; else `--recycle`) started, and waited
+for until 90% of SIZE is ready, before the clock starts: the first wave finds its sandboxes warm. Printed
+too: the service's CPU while idle and the host memory per ready sandbox.
 """
 from __future__ import annotations
 
@@ -138,7 +138,7 @@ class MemoryWatch(threading.Thread):
 
 
 @contextlib.contextmanager
-def sandbox_service(size: int, backend: str, network: str, work: Path):
+def sandbox_service(size: int, backend: str, network: str, work: Path, recycle: bool = False):
     """`insandbox pool serve` on a free port, waited for until 90% of `size` is ready; yields (url, figures)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -147,7 +147,8 @@ def sandbox_service(size: int, backend: str, network: str, work: Path):
     exe = str(Path(sys.executable).parent / "insandbox")
     before = mem_available()
     proc = subprocess.Popen([exe, "pool", "serve", "--size", str(size), "--port", str(port), "--backend", backend,
-                             "--network", network], stdout=subprocess.DEVNULL, stderr=open(work / "service.log", "w"))
+                             "--network", network, *(["--recycle"] if recycle else [])],
+                            stdout=subprocess.DEVNULL, stderr=open(work / "service.log", "w"))
     try:
         t0 = time.monotonic()
         while True:
@@ -182,7 +183,7 @@ async def measure(concurrency: int, n: int, latency: float, calls: int, work: Pa
                   recycle: bool = True, backend: str = "docker", network: str = "bridge", processes: int = 1,
                   served: int = 0) -> dict:
     with contextlib.ExitStack() as stack:
-        url, service = (stack.enter_context(sandbox_service(served, backend, network, work)) if served
+        url, service = (stack.enter_context(sandbox_service(served, backend, network, work, recycle)) if served
                         else (None, None))
         return {**await _measure(concurrency, n, latency, calls, work, pool, recycle, backend, network, processes,
                                  url), "service": service}
@@ -231,7 +232,7 @@ async def main(a: argparse.Namespace) -> None:
             print(f"  concurrency {c}: {r['samples']} samples in {r['wall_s']:.1f}s", flush=True)
     how = ("no pool" if a.no_pool else "pool without recycling" if a.no_recycle else "pool with recycling")
     if a.served:
-        how = f"a sandbox service of {a.served} (fresh sandboxes)"
+        how = f"a sandbox service of {a.served} ({'recycled' if not a.no_recycle else 'fresh'} sandboxes)"
     print(f"\nscripted model: {a.latency:g} s per call, {a.calls} calls per sample, {a.waves} waves; {how}; "
           f"backend {a.backend}, --network {a.network}, --processes {a.processes}\n")
     print(f"{'concurrency':>11} {'samples':>8} {'errors':>7} {'wall s':>7} {'samples/min':>12} {'ideal/min':>10} "

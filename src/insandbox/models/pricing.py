@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import fnmatch
+import functools
 import math
 import os
 import re
@@ -36,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ..core.errors import ConfigError
 from ..core.price import Match, Price  # noqa: F401 (what a run records)
+from ..core.yaml_file import load_cached
 
 PACKAGED = Path(__file__).with_name("prices.yaml")
 _DATE_SUFFIX = re.compile(r"[-@](\d{8}|\d{4}-\d{2}-\d{2}|latest)$")
@@ -141,10 +143,20 @@ class PriceTable:
 
 
 def read_price_file(path: Path) -> PriceFile:
-    """A price file, or a ConfigError naming the file and the entry that is wrong."""
+    """A price file, or a ConfigError naming the file and the entry that is wrong (checked once per
+    content: every run of a process reads the packaged table)."""
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        st = path.stat()
+    except OSError as e:
+        raise ConfigError(f"{path}: {e.strerror or e}") from None
+    return _price_file(path, st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=16)
+def _price_file(path: Path, mtime_ns: int, size: int) -> PriceFile:
+    try:
+        data = load_cached(path)
     except OSError as e:
         raise ConfigError(f"{path}: {e.strerror or e}") from None
     except (yaml.YAMLError, UnicodeDecodeError) as e:

@@ -6,6 +6,7 @@ llm_system_prompt / llm_instance_prompt for plain (tool-less) mode.
 """
 from __future__ import annotations
 
+import copy
 import functools
 from pathlib import Path
 from typing import Optional, Union
@@ -57,13 +58,24 @@ def _default_config() -> PromptConfig:
     return load_prompt_config()
 
 
+@functools.lru_cache(maxsize=32)
+def _parsed(path: str, mtime_ns: int, size: int):
+    """A prompt file's value, parsed once per content (libyaml's parser where there is one): runs read the
+    same file again and again."""
+    import yaml
+
+    text = Path(path).read_text(encoding="utf-8")
+    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+
 def _read(p: Path) -> dict:
     import yaml
 
     if not p.is_file():
         raise FileNotFoundError(f"prompt config not found: {p}")
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+        st = p.stat()
+        data = copy.deepcopy(_parsed(str(p.resolve()), st.st_mtime_ns, st.st_size)) or {}
     except yaml.YAMLError as e:
         raise ValueError(f"{p}: not valid YAML ({str(e).splitlines()[0]})") from None
     if not isinstance(data, dict):
