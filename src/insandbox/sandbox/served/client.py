@@ -6,6 +6,7 @@ with its --recycle); its leases are renewed while it lives, so a client that die
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import socket as _socket
 import time
@@ -14,6 +15,7 @@ from typing import Any, Optional
 from ...core import defaults
 from .. import base
 from ..base import Capabilities, CommandResult, ExecResult, Sandbox, SandboxError, SandboxSpec, SetupError
+from ..pool import PoolStats
 from . import protocol
 
 # the classes of the service's errors a client raises as they are (the rest: SandboxError)
@@ -125,6 +127,14 @@ class ServedSandbox(Sandbox):
         return dict(self._info)
 
 
+@dataclasses.dataclass
+class ServedStats(PoolStats):
+    served_by: str = ""
+
+    def summary(self) -> dict:
+        return {**super().summary(), "served_by": self.served_by, "claims": self.warm_hits}
+
+
 class ServedPool:
     """SandboxPool's interface over a sandbox service: acquire() claims a ready sandbox, release() gives it
     back (the service removes it, or resets it with --recycle); expect() and the start-ahead are the
@@ -186,14 +196,10 @@ class ServedPool:
             self._renewer.cancel()
         await self.client.close()
 
-    def summary(self) -> dict:
-        xs = sorted(self.claim_s)
-        return {"served_by": self.url, "claims": self.claims,
-                "claim_s_p50": xs[len(xs) // 2] if xs else None, "claim_s_max": xs[-1] if xs else None}
-
     @property
-    def stats(self):
-        return self
+    def stats(self) -> ServedStats:
+        """What acquiring cost, as a pool's figures (picklable: worker processes send them back)."""
+        return ServedStats(warm_hits=self.claims, acquire_s=list(self.claim_s), served_by=self.url)
 
     async def _renew(self) -> None:
         while self._held:

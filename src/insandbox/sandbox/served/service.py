@@ -19,6 +19,7 @@ import asyncio
 import dataclasses
 import itertools
 import logging
+import secrets
 import time
 from collections import deque
 from typing import Any, Optional
@@ -103,7 +104,8 @@ class Sandboxes:
             finally:
                 if fut in self._waiters:
                     self._waiters.remove(fut)
-        lease = Lease(f"L{next(self._ids)}", sb, client)
+        # unguessable: a client reaches no other client's sandbox by guessing its lease
+        lease = Lease(f"L{next(self._ids)}-{secrets.token_urlsafe(12)}", sb, client)
         self.leases[lease.id] = lease
         self.handed_out += 1
         self._top_up()
