@@ -87,6 +87,16 @@ def test_a_service_serves_runs_and_benchmarks_and_stops_clean(scripted, tmp_path
             async with aiohttp.ClientSession() as s, s.get(f"{url}/v1/status") as resp:
                 return resp.status
         assert asyncio.run(raw()) == 401
+
+        # with the token, but another client's lease guessed: lease ids are not guessable
+        async def guess():
+            import aiohttp
+            headers = {"Authorization": f"Bearer {token.read_text().strip()}"}
+            async with aiohttp.ClientSession(headers=headers) as s:
+                async with s.post(f"{url}/v1/leases/L1/call", json={"op": "run", "args": {"command": "id"}}) as resp:
+                    return resp.status, await resp.json()
+        status, body = asyncio.run(guess())
+        assert status == 404 and "lease is over" in body["error"]["message"]
         # a benchmark through it, several samples at once
         rows = tmp_path / "rows.jsonl"
         rows.write_text("".join(json.dumps({"id": f"q{i}", "problem_statement": "p", "ground_truth": "42"}) + "\n"
@@ -97,6 +107,7 @@ def test_a_service_serves_runs_and_benchmarks_and_stops_clean(scripted, tmp_path
         assert r.returncode == 0, r.stderr[-2000:]
         summary = json.loads((tmp_path / "bench" / "summary.json").read_text())
         assert summary["session"]["sandbox_pool"]["claims"] == 6
+        assert summary["session"]["sandbox_pool"]["served_by"] == url
         after = service.wait_ready(url, 3)
         assert after["served"] == 7 and after["handed_out"] == 0
     finally:
