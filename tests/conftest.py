@@ -54,9 +54,16 @@ def _no_container_left(request):
     if request.node.get_closest_marker("docker") is None or os.environ.get("DOCKER_HOST"):
         yield
         return
-    before = _own_containers()
+    try:
+        before = _own_containers()
+    except Exception:  # no engine now (a test that restarts it): nothing to compare
+        yield
+        return
     yield
-    left = _own_containers() - before
+    try:
+        left = _own_containers() - before
+    except Exception:
+        return
     if left:
         import warnings
 
