@@ -134,7 +134,8 @@ def _all_commands() -> set[str]:
 WITHOUT_ENGINE = {"report": "reads run folders (run below)", "view": "serves run folders",
                   "serve-model": "serves a GGUF model", "scripted-server": "serves a script",
                   "rl build-data": "writes task files", "rl export": "converts a checkpoint",
-                  "rl verl-data": "writes parquet files"}
+                  "rl verl-data": "writes parquet files", "pool status": "asks a sandbox service",
+                  "export atif": "reads run folders", "import atif": "writes a run folder"}
 SMOKE_TASKS = REPO / "src/insandbox/rl/trainers/presets/smoke-tasks.jsonl"
 
 
@@ -162,6 +163,7 @@ def test_every_command_without_a_docker_engine_says_so_in_one_line(scripted, tmp
         "rl rollout": ["rl", "rollout", "--data", str(SMOKE_TASKS), "--out", str(tmp_path / "rollouts"), "--limit",
                        "1"],
         "rl train": ["rl", "train", "--preset", "smoke", "--out", str(tmp_path / "train"), "--limit", "1"],
+        "pool serve": ["pool", "serve", "--size", "1", "--socket", str(tmp_path / "pool.sock")],
     }
     assert set(needs_engine) | set(WITHOUT_ENGINE) == _all_commands()  # a new command must be added here
     no_engine = {"DOCKER_HOST": "unix:///nonexistent/docker.sock"}

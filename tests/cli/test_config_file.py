@@ -64,8 +64,8 @@ def test_the_command_line_overrides_the_file_and_paths_are_the_files(tmp_path):
 
 @pytest.mark.parametrize("text, said", [
     ("model:\n  temperature: 0.7\nsandbox:\n  memory: 8g\n  memroy: 9g\n",
-     " line 5: unknown key sandbox.memroy (sandbox takes: backend, cap_add, cpus, disk, env, image, max_sandboxes, "
-     "memory, network, output_limit, pids_limit, runtime, timeout_per_command)"),
+     " line 5: unknown key sandbox.memroy (sandbox takes: allow_hosts, backend, cap_add, cpus, disk, env, image, "
+     "max_sandboxes, memory, network, output_limit, pids_limit, pool_url, runtime, timeout_per_command)"),
     ("sandbx:\n  memory: 8g\n",
      " line 1: unknown section 'sandbx' (the sections: model, limits, sandbox, copy_back, run, bench, rollout)"),
     ("limits:\n  max_steps: [50\n", " line 3, column 1: not valid YAML: expected ',' or ']', but got '<stream end>'"),
