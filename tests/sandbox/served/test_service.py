@@ -171,3 +171,26 @@ def test_each_sandbox_goes_to_one_client_and_a_dead_client_leaks_nothing(tmp_pat
         left = [c for c in left if subprocess.run(["docker", "inspect", c], capture_output=True).returncode == 0]
         assert time.monotonic() < deadline, left
         time.sleep(0.5)
+
+
+def test_a_bwrap_service_serves_bwrap_sandboxes(tmp_path, docker_image, run_async):
+    """The service is backend-neutral: bubblewrap sandboxes (no engine) are served the same way."""
+    sock = tmp_path / "bwrap.sock"
+    url = f"unix://{sock}"
+    service = Service("--backend", "bwrap", "--size", "1", "--socket", str(sock), "--image", docker_image,
+                      "--network", "none", tmp=tmp_path)
+    try:
+        status = service.wait_ready(url, 1)
+        assert status["config"]["backend"] == "bwrap"
+
+        async def use():
+            env = SandboxEnv(EnvConfig(backend="bwrap", image=docker_image, pool_url=url,
+                                       limits=SandboxLimits(network="none")))
+            await env.reset(Task(prompt="x"))
+            out = (await env.sandbox.run("echo served; cat /proc/1/comm")).output.split()
+            await env.close()
+            return out
+        assert run_async(use())[0] == "served"
+        assert service.wait_ready(url, 1)["served"] == 1
+    finally:
+        assert service.stop() == 0, service.log.read_text()
