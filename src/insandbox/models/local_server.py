@@ -137,6 +137,7 @@ class LocalModel:
         self.n_ctx = self.llama.n_ctx()
         self.lock = threading.Lock()
         self._grammars: dict[str, Any] = {}
+        self._formatter = None  # the model's chat template, for requests that ask for token ids
 
     def _grammar(self, tools: list[dict]):
         from llama_cpp import LlamaGrammar
@@ -163,10 +164,14 @@ class LocalModel:
         if req.get("seed") is not None:  # else the sampler's state carries on from the last request
             params["seed"] = req["seed"]
         t0 = time.perf_counter()
+        tokens: Optional[dict] = None  # with return_token_ids: the ids and logprobs of the prompt and reply
         with self.lock:
             try:
                 grammar = self._grammar(tools) if tools else None
-                out = self.llama.create_chat_completion(messages=messages, grammar=grammar, **params)
+                if req.get("return_token_ids"):
+                    out, tokens = self._generate_ids(messages, grammar, params)
+                else:
+                    out = self.llama.create_chat_completion(messages=messages, grammar=grammar, **params)
             except ValueError as e:  # "Requested tokens (N) exceed context window of M": the prompt alone
                 found = re.search(r"Requested tokens \((\d+)\)", str(e))
                 if not found:
@@ -191,13 +196,58 @@ class LocalModel:
             except (ValueError, KeyError, TypeError):
                 pass  # cut off by max_tokens: the text goes back as it is
         usage = out.get("usage") or {}
-        return 200, {"id": "chatcmpl-" + uuid.uuid4().hex[:16], "object": "chat.completion",
-                     "created": int(time.time()), "model": self.name,
-                     "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-                     "usage": {"prompt_tokens": usage.get("prompt_tokens", 0),
-                               "completion_tokens": usage.get("completion_tokens", 0),
-                               "total_tokens": usage.get("total_tokens", 0)},
-                     "timings": {"seconds": round(time.perf_counter() - t0, 4)}}
+        body = {"id": "chatcmpl-" + uuid.uuid4().hex[:16], "object": "chat.completion",
+                "created": int(time.time()), "model": self.name,
+                "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+                "usage": {"prompt_tokens": usage.get("prompt_tokens", 0),
+                          "completion_tokens": usage.get("completion_tokens", 0),
+                          "total_tokens": usage.get("total_tokens", 0)},
+                "timings": {"seconds": round(time.perf_counter() - t0, 4)}}
+        if tokens is not None:  # vLLM's names: the prompt's ids, and each choice's sampled ids and logprobs
+            body["prompt_token_ids"] = tokens["prompt_token_ids"]
+            body["choices"][0]["token_ids"] = tokens["token_ids"]
+            body["choices"][0]["logprobs"] = {"content": tokens["logprobs"]}
+        return 200, body
+
+    def _generate_ids(self, messages: list[dict], grammar, params: dict) -> tuple[dict, dict]:
+        """A reply sampled token by token from the chat template's prompt, with the ids of both and each
+        sampled token's log probability under the model (its logits before any sampling setting)."""
+        import llama_cpp
+        import numpy as np
+
+        llama = self.llama
+        if self._formatter is None:
+            from llama_cpp import llama_chat_format
+
+            special = lambda t: llama.detokenize([t], special=True).decode("utf-8", "replace")  # noqa: E731
+            self._formatter = llama_chat_format.Jinja2ChatFormatter(
+                template=llama.metadata["tokenizer.chat_template"], eos_token=special(llama.token_eos()),
+                bos_token=special(llama.token_bos()))
+        rendered = self._formatter(messages=messages)
+        prompt = llama.tokenize(rendered.prompt.encode("utf-8"), add_bos=not rendered.added_special, special=True)
+        if len(prompt) + params["max_tokens"] > self.n_ctx:
+            raise ValueError(f"Requested tokens ({len(prompt)}) exceed context window of {self.n_ctx}")
+        if params.get("seed") is not None:
+            llama.set_seed(params["seed"])
+        vocab, n_vocab = llama._model.vocab, llama.n_vocab()
+        ids, logprobs, finish = [], [], "length"
+        for token in llama.generate(prompt, temp=params["temperature"], top_p=params["top_p"],
+                                    repeat_penalty=params["repeat_penalty"], grammar=grammar):
+            logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(llama._ctx.ctx, -1), shape=(n_vocab,))
+            ids.append(int(token))
+            logprobs.append({"token": llama.detokenize([token], special=True).decode("utf-8", "replace"),
+                             "logprob": float(logits[token] - np.logaddexp.reduce(logits)), "top_logprobs": []})
+            if llama_cpp.llama_vocab_is_eog(vocab, token):
+                finish = "stop"
+                break
+            if len(ids) >= params["max_tokens"]:
+                break
+        text_ids = [t for t in ids if not llama_cpp.llama_vocab_is_eog(vocab, t)]
+        text = llama.detokenize(text_ids).decode("utf-8", "replace")
+        out = {"choices": [{"message": {"content": text}, "finish_reason": finish}],
+               "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(ids),
+                         "total_tokens": len(prompt) + len(ids)}}
+        return out, {"prompt_token_ids": prompt, "token_ids": ids, "logprobs": logprobs}
 
 
 class _Handler(JSONHandler):
