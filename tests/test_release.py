@@ -101,3 +101,13 @@ def test_the_built_wheel_installs_into_a_fresh_venv_and_runs_a_task(tmp_path, sc
     assert run_dir.resolve().is_relative_to(empty.resolve() / "runs"), run_dir  # the default folder, in the cwd
     assert (run_dir / "files/primes.txt").read_text() == "2 3 5 7\n"
     assert (run_dir / "trajectory.json").is_file()
+
+
+def test_every_data_file_of_the_package_is_shipped():
+    """A file the code reads beside itself (a task's YAML, a template) must be in package-data, or a pip
+    install lacks it (bench/harbor/prompts.yaml was missed once)."""
+    root = REPO / "src" / "insandbox"
+    shipped = set(package_data_files())
+    data = [p.relative_to(root).as_posix() for p in root.rglob("*")
+            if p.is_file() and "__pycache__" not in p.parts and p.suffix not in (".py", ".pyc")]
+    assert [f for f in data if f not in shipped] == []
