@@ -14,12 +14,13 @@ from typing import Annotated
 
 import typer
 
-from . import atif, bench, clean, image, pool, replay, rl, run, serve, view
+from . import atif, bench, clean, config_file, image, pool, replay, rl, run, serve, view
 from .command import Command
 from .common import click_exceptions, command_of, exit_code_of, missing_need
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Give a language model a computer: run it in a Docker sandbox with bash, an editor and submit.")
+config_file.use_app(app)  # a config file's sections are those of every command of this app
 image_app = typer.Typer(no_args_is_help=True, help="Build and inspect the sandbox image.")
 app.add_typer(image_app, name="image")
 app.add_typer(rl.app, name="rl")

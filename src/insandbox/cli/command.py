@@ -71,7 +71,7 @@ class Command(TyperCommand):
         rest = super().parse_args(ctx, args)
         if ctx.params.get("config") is not None and any(isinstance(p, TyperOption) and p.name == "config"
                                                          for p in self.params):  # rl train's is its argument
-            config_file.apply(ctx, self, Path(ctx.params["config"]))
+            config_file.apply(ctx, self, command_name(ctx), Path(ctx.params["config"]))
         return rest
 
 

@@ -45,14 +45,21 @@ def sections_of(command: Any, name: str) -> dict[str, dict[str, Any]]:
     return found
 
 
+_app: Any = None  # the command line's Typer app, given by app.py (this module is imported by it)
+
+
+def use_app(app: Any) -> None:
+    global _app
+    _app = app
+    known_keys.cache_clear()
+
+
 @functools.lru_cache(maxsize=1)
 def known_keys() -> dict[str, set[str]]:
     """Every section's keys over all the commands that take --config (a file serves them all)."""
     import typer.main
 
-    from .app import app
-
-    root = typer.main.get_command(app)
+    root = typer.main.get_command(_app)
     known: dict[str, set[str]] = {}
 
     def walk(command: Any, path: list[str]) -> None:
@@ -96,12 +103,9 @@ def read(path: Path) -> tuple[dict, dict[tuple, int]]:
     return data, lines
 
 
-def apply(ctx: Any, command: Any, path: Path) -> None:
-    """Set the options not given on the command line from the file's values (checked as the command line's
-    are); exit 2 with one line for a file that cannot be read, an unknown section or key, a bad value."""
-    from .command import command_name
-
-    name = command_name(ctx)
+def apply(ctx: Any, command: Any, name: str, path: Path) -> None:
+    """Set the options not given on the command line `name` from the file's values (checked as the command
+    line's are); exit 2 with one line for a file that cannot be read, an unknown section or key, a bad value."""
     try:
         data, lines = read(path)
         mine = sections_of(command, name)
