@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -154,6 +155,24 @@ class CopyBudget:
         return target
 
     # ------------------------------------------------------------------ entry by entry
+    def admitted(self, entries: list[Entry], dest: Path) -> Iterator[tuple[Entry, Path, Decision]]:
+        """A listing's entries within the limits, in order, each with its place under `dest` and what to do
+        with it (copy, link); folders are made here (one that cannot be made is skipped, recorded)."""
+        for e in entries:
+            if not self.admit(e):
+                return
+            target = self.place(dest, e)
+            if target is None:
+                continue
+            d = self.decide(e)
+            if d.action == "dir":
+                try:
+                    target.mkdir(exist_ok=True)
+                except OSError as err:
+                    self.skip(e.path, f"not made on the host: {err.strerror}")
+            else:
+                yield e, target, d
+
     def decide(self, e: Entry) -> Decision:
         lim = self.limits
         if e.kind == DIRECTORY:

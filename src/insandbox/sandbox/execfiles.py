@@ -229,19 +229,8 @@ async def copy_out(sb: Sandbox, container_dir: str, dest: Path, limits: Optional
     entries.sort(key=lambda e: e.path.split("/"))
     written: list[str] = []
     links: list[tuple[str, Entry]] = []
-    for e in entries:
-        if not budget.admit(e):
-            break
-        target = budget.place(dest, e)
-        if target is None:
-            continue
-        d = budget.decide(e)
-        if d.action == "dir":
-            try:
-                target.mkdir(exist_ok=True)
-            except OSError as err:
-                budget.skip(e.path, f"not made on the host: {err.strerror}")
-        elif d.action == "link":
+    for e, target, d in budget.admitted(entries, dest):
+        if d.action == "link":
             links.append((d.source, e))
         elif d.action == "copy":
             room = budget.room(e)

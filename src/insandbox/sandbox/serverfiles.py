@@ -165,19 +165,8 @@ class ServerFiles:
                            budget: CopyBudget) -> list[str]:
         entries, truncated = listing
         small, big, links = [], [], []
-        for e in entries:
-            if not budget.admit(e):
-                break
-            target = budget.place(dest, e)
-            if target is None:
-                continue
-            d = budget.decide(e)
-            if d.action == "dir":
-                try:
-                    target.mkdir(exist_ok=True)
-                except OSError as err:
-                    budget.skip(e.path, f"not made on the host: {err.strerror}")
-            elif d.action == "copy":
+        for e, target, d in budget.admitted(entries, dest):
+            if d.action == "copy":
                 (small if e.size <= self.spec.fast_file_max_bytes else big).append((e, target))
             elif d.action == "link":
                 links.append((d.source, e))
