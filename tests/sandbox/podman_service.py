@@ -134,6 +134,16 @@ def clean_up(service: Service) -> None:
             api.remove_network(n["Id"])
 
 
+def shut_down(service: Service) -> None:
+    """What the tests made removed, then the service stopped and its folder gone (also when Podman fails to
+    list its containers)."""
+    try:
+        clean_up(service)
+    finally:
+        service.stop()
+        shutil.rmtree(service.folder, ignore_errors=True)
+
+
 def need_podman() -> None:
     if shutil.which("podman") is None:
         pytest.fail(MISSING)
@@ -163,11 +173,7 @@ def rootful_service() -> Iterator[Service]:
         load_image(service, None, proxy.image_tag())  # the registries proxy's
         yield service
     finally:
-        try:
-            clean_up(service)
-        finally:  # a Podman that fails to list its containers is still stopped
-            service.stop()
-            shutil.rmtree(folder, ignore_errors=True)
+        shut_down(service)
 
 
 @contextlib.contextmanager

@@ -15,7 +15,6 @@ import json
 import os
 import pwd
 import queue
-import shutil
 import signal
 import socket
 import subprocess
@@ -32,7 +31,7 @@ from tests.helpers import REPO, cli
 from tests.sandbox import podman_service
 from tests.sandbox.conftest import cache_of
 from tests.sandbox.network_peer import SLIRP_GATEWAY, TCP_PORT, UDP_PORT
-from tests.sandbox.podman_service import Service, clean_up, engine_at, load_image, need_podman
+from tests.sandbox.podman_service import Service, engine_at, load_image, need_podman, shut_down
 from tests.sandbox.test_network import host_addresses, host_connects, tcp_server, udp_echo
 
 pytestmark = pytest.mark.docker
@@ -93,11 +92,7 @@ def rootless_service(docker_image):
         load_image(service, USER)
         yield service
     finally:
-        try:
-            clean_up(service)
-        finally:  # a Podman that fails to list its containers is still stopped
-            service.stop()
-            shutil.rmtree(folder, ignore_errors=True)
+        shut_down(service)
         pause = runtime / "libpod/tmp/pause.pid"  # what keeps rootless Podman's namespaces between commands
         with contextlib.suppress(OSError, ValueError):
             os.kill(int(pause.read_text().strip()), signal.SIGKILL)
