@@ -15,16 +15,19 @@ TOOLS = [{"type": "function", "function": {"name": "submit", "description": "don
                                            "parameters": {"type": "object", "properties": {}, "required": []}}}]
 
 
+async def _ask(client: OpenAIChatClient) -> None:
+    """One request, the client closed after it."""
+    try:
+        await client.complete([{"role": "user", "content": "u"}], TOOLS)
+    finally:
+        await client.close()
+
+
 def test_a_client_says_a_host_that_does_not_resolve_is_a_dns_failure(run_async):
     """Regression: "connection refused x6" for a host name that does not exist."""
-    async def go():
-        client = OpenAIChatClient("m", base_url="http://no-such-host.invalid/v1", max_retries=1, backoff=(0.01, 0.02))
-        try:
-            await client.complete([{"role": "user", "content": "u"}], TOOLS)
-        finally:
-            await client.close()
+    client = OpenAIChatClient("m", base_url="http://no-such-host.invalid/v1", max_retries=1, backoff=(0.01, 0.02))
     with pytest.raises(ModelError) as err:
-        run_async(go())
+        run_async(_ask(client))
     text = str(err.value)
     assert text.startswith("cannot reach the model server at http://no-such-host.invalid/v1: its host name does not "
                            "resolve (DNS lookup failed)"), text
@@ -36,14 +39,8 @@ def test_a_client_without_a_base_url_names_the_url_it_used(run_async, monkeypatc
     url = f"http://127.0.0.1:{free_port()}/v1"
     monkeypatch.setenv("OPENAI_BASE_URL", url)  # where the SDK goes without a base URL: nothing listens there
 
-    async def go():
-        client = OpenAIChatClient("m", max_retries=0, api_key="sk-x")
-        try:
-            await client.complete([{"role": "user", "content": "u"}], TOOLS)
-        finally:
-            await client.close()
     with pytest.raises(ModelError) as err:
-        run_async(go())
+        run_async(_ask(OpenAIChatClient("m", max_retries=0, api_key="sk-x")))
     assert str(err.value).startswith(f"cannot reach the model server at {url}: "), str(err.value)
     monkeypatch.delenv("OPENAI_BASE_URL")
     assert endpoint_url("openai", None) == "https://api.openai.com/v1"

@@ -39,6 +39,16 @@ REMOVE_BATCH = 8  # removals in flight at once
 STARTS_IN_FLIGHT = 4
 
 
+def hand_to_waiter(waiters: deque, sb: Sandbox) -> bool:
+    """Give `sb` to the first of `waiters` (futures) still waiting; whether one took it."""
+    while waiters:
+        w = waiters.popleft()
+        if not w.done():
+            w.set_result(sb)
+            return True
+    return False
+
+
 @dataclass
 class PoolStats:
     started: int = 0  # sandboxes created and started by the pool
@@ -216,11 +226,8 @@ class SandboxPool:
 
     def _offer(self, sb: Sandbox) -> None:
         """A ready sandbox: to the first waiting sample, else to the warm list (or away if unwanted)."""
-        while self._waiters:
-            w = self._waiters.popleft()
-            if not w.done():
-                w.set_result(sb)
-                return
+        if hand_to_waiter(self._waiters, sb):
+            return
         if self._closed or (self._expected is not None and len(self._warm) >= self._expected):
             self._remove(sb)
         else:

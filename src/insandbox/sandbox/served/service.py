@@ -25,6 +25,7 @@ from collections import deque
 from typing import Any, Optional
 
 from ..base import Sandbox, SandboxError, SandboxSpec
+from ..pool import hand_to_waiter
 from . import protocol
 
 log = logging.getLogger(__name__)
@@ -170,12 +171,8 @@ class Sandboxes:
         self._top_up()
 
     def _offer(self, sb: Sandbox) -> None:
-        while self._waiters:
-            w = self._waiters.popleft()
-            if not w.done():
-                w.set_result(sb)
-                return
-        self.ready.append(sb)
+        if not hand_to_waiter(self._waiters, sb):
+            self.ready.append(sb)
 
     async def _give_back(self, sb: Sandbox) -> None:
         if self.recycle and not self._closing and sb.uses + 1 < self.max_uses and sb.capabilities.recycle:
