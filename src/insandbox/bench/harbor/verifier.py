@@ -15,6 +15,7 @@ what the agent left running shares the machine with the verifier, as in Harbor.
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import os
@@ -128,7 +129,12 @@ async def _verify_in(sandbox: Sandbox, task: HarborTask) -> Verification:
         return Verification(error=f"verifier.env names ${{{e.args[0]}}}, which is not set on this machine")
     await _fresh_folder(sandbox, TESTS)
     await sandbox.copy_in(task.tests_dir, TESTS)
-    res = await sandbox.exec(["sh", "-c", script(task, env)], timeout=task.verifier.timeout_s + KILL_AFTER_S + 30)
+    bound = task.verifier.timeout_s + KILL_AFTER_S + 30
+    try:  # the bound held from here too: a sandbox whose tools or server do not end it is not waited on
+        res = await asyncio.wait_for(sandbox.exec(["sh", "-c", script(task, env)], timeout=bound), bound + 15)
+    except asyncio.TimeoutError:
+        return Verification(timed_out=True, error=f"the verifier did not end within {bound:g} s, as this machine "
+                                                  "timed it")
     out = Verification(output_tail=await _tail(sandbox, STDOUT))
     status = re.search(r"exit=(\d+)\s*$", res.stdout or "")
     if res.timed_out or status is None:
