@@ -13,8 +13,10 @@ from .chat import ChatFormat, ChatTemplateError
 from .check import check_record
 from .output import RolloutsResult, RolloutWriter, write_rollouts
 from .runner import RolloutConfig, Rollouts
+from .staleness import StalenessSplit, split_stale
 from .summary import summarize
 from .types import GenerateFn, RolloutRecord, Sampled, SamplingParams
 
 __all__ = ["ChatFormat", "ChatTemplateError", "GenerateFn", "RolloutConfig", "RolloutRecord", "RolloutWriter",
-           "Rollouts", "RolloutsResult", "Sampled", "SamplingParams", "check_record", "summarize", "write_rollouts"]
+           "Rollouts", "RolloutsResult", "Sampled", "SamplingParams", "StalenessSplit", "check_record", "split_stale",
+           "summarize", "write_rollouts"]

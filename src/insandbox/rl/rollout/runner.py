@@ -262,6 +262,7 @@ class Rollouts:
                                                                    tokens.response_mask)
             rec.response_logprobs, rec.truncated = tokens.response_logprobs, tokens.truncated
             rec.num_turns, rec.tool_calls = client.turns, client.tool_calls
+            rec.policy_versions, rec.policy_version = list(tokens.policy_versions), tokens.policy_version
             try:
                 await env.close()
             except Exception as e:

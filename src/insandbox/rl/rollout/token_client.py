@@ -35,11 +35,19 @@ class TokenRecord:
     response_mask: list[int] = field(default_factory=list)  # 1: sampled by the policy, 0: the environment's
     logprobs: list[Optional[float]] = field(default_factory=list)  # aligned with response_ids; None at env tokens
     have_logprobs: bool = False  # the sampler gave logprobs (else response_logprobs is None)
+    policy_versions: list[Optional[int]] = field(default_factory=list)  # per model turn, as the sampler said
     truncated: bool = False  # the response ran out of its budget
 
     @property
     def response_logprobs(self) -> Optional[list[Optional[float]]]:
         return self.logprobs if self.have_logprobs else None
+
+    @property
+    def policy_version(self) -> Optional[int]:
+        """The oldest version that sampled a turn; None when any turn's is unknown (or none was sampled)."""
+        if not self.policy_versions or any(v is None for v in self.policy_versions):
+            return None
+        return min(v for v in self.policy_versions if v is not None)
 
 
 class TokenClient:
@@ -94,6 +102,7 @@ class TokenClient:
         rec.response_mask += [1] * len(ids)
         rec.logprobs += list(sampled.logprobs)[:len(ids)] if sampled.logprobs is not None else [None] * len(ids)
         rec.have_logprobs = rec.have_logprobs or sampled.logprobs is not None
+        rec.policy_versions.append(sampled.policy_version)
         self.turns += 1
 
         stopped = bool(ids) and ids[-1] in chat.stop_token_ids

@@ -6,7 +6,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, computed_field
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -35,6 +35,7 @@ class Sampled:
     token_ids: list[int]  # the sampled ids, a stop token included when it ended on one
     logprobs: Optional[list[float]] = None  # one per sampled id, when the sampler gives them
     finish_reason: str = "stop"  # "stop" (ended on a stop token) or "length" (ran out of max_tokens)
+    policy_version: Optional[int] = None  # the weights' version that sampled it, when the sampler knows it
 
 
 # (context ids, sampling params) -> the continuation the policy sampled
@@ -69,4 +70,17 @@ class RolloutRecord(BaseModel):
     num_turns: int = 0  # model turns
     tool_calls: int = 0
     timings: dict[str, float] = Field(default_factory=dict)  # generate_s, env_s, reward_s, wall_s
+    # the policy version that sampled each model turn (weights may change between turns: an update in
+    # flight), and the record's version: the oldest of them, which staleness is measured by (staleness.py)
+    policy_versions: list[Optional[int]] = Field(default_factory=list)
+    policy_version: Optional[int] = None
     trajectory: dict[str, Any] = Field(default_factory=dict)  # as trajectory.json of `insandbox run`
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def logprobs(self) -> Optional[list[Optional[float]]]:
+        """One log-probability per model token (response_mask 1), in order: what importance sampling and
+        most trainers read; response_logprobs has the same values aligned with response_ids."""
+        if self.response_logprobs is None:
+            return None
+        return [lp for lp, m in zip(self.response_logprobs, self.response_mask) if m]
