@@ -29,6 +29,9 @@ def train(
         help="The policy: a transformers folder, a hub name, a .gguf file, or 'embedded' (SmolLM2-135M GGUF).",
         metavar="MODEL")] = None,
     train_steps: Annotated[Optional[int], typer.Option(help="Optimizer steps (grpo.max_steps).", min=1)] = None,
+    async_steps: Annotated[Optional[int], typer.Option(
+        help="Rollout batches produced ahead while the trainer trains, at most (grpo.async_steps; 0: synchronous).",
+        min=0)] = None,
     limit: Annotated[Optional[int], typer.Option(help="Only the first N task rows.", min=1)] = None,
     concurrency: Annotated[Optional[int], typer.Option(help="Sandboxes in flight during a rollout batch.",
                                                        min=1)] = None,
@@ -43,8 +46,9 @@ def train(
         fail(f"{config}: no such config file")
     overrides = {"preset": preset, "out": _text(out), "data": _text(data), "model": policy, "limit": limit,
                  "concurrency": concurrency}
-    if train_steps is not None:
-        overrides["grpo"] = {"max_steps": train_steps}
+    grpo = {k: v for k, v in (("max_steps", train_steps), ("async_steps", async_steps)) if v is not None}
+    if grpo:
+        overrides["grpo"] = grpo
     try:
         settings = load_config(config, overrides)
     except ConfigError as e:

@@ -62,6 +62,13 @@ class GRPOSettings(BaseModel):
     seed: int = 0
     save_steps: int = Field(default=0, ge=0)  # a checkpoint every N steps (0: the final one only)
     save_total_limit: Optional[int] = Field(default=None, ge=1)
+    # rollout batches produced ahead on a thread while the trainer trains, at most this many (0: synchronous)
+    async_steps: int = Field(default=0, ge=0)
+    # policy versions (optimizer steps) a record may lag the weights it is trained from; older ones are
+    # dropped from the loss (None: async_steps x optimizer steps per rollout batch, what k ahead can give)
+    max_staleness: Optional[int] = Field(default=None, ge=0)
+    # the importance ratio pi_current / pi_sampler of an off-policy token is cut at this (truncated IS)
+    importance_cap: float = Field(default=2.0, gt=0)
     trl: dict[str, Any] = Field(default_factory=dict)  # any other GRPOConfig field, passed as it is
 
     @model_validator(mode="after")
@@ -110,6 +117,14 @@ class TrainConfig(BaseModel):
             raise ValueError("rollout.temperature must be above 0 for training (greedy groups do not explore, and "
                              "the policy's log-probabilities are taken at this temperature)")
         return self
+
+    def steps_per_batch(self) -> int:
+        """Optimizer steps per rollout batch (policy versions count optimizer steps)."""
+        return self.grpo.mini_batches * self.grpo.num_iterations
+
+    def max_staleness(self) -> int:
+        g = self.grpo
+        return g.async_steps * self.steps_per_batch() if g.max_staleness is None else g.max_staleness
 
     def reward_config(self) -> RewardConfig:
         return RewardConfig(**self.reward.model_dump())

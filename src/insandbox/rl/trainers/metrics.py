@@ -74,10 +74,15 @@ class StepLog(TrainerCallback):
             row.update(check_mismatches=batch.check_mismatches, trained_tokens=batch.model_tokens,
                        env_tokens=batch.env_tokens, masked_truncated=batch.masked_truncated,
                        masked=dict(batch.masked), broken_sandbox=batch.broken_sandbox,
+                       stale_dropped=batch.stale_dropped, staleness_max=batch.staleness_max, ahead=batch.ahead,
+                       plan_mismatch=batch.plan_mismatch,
                        records=str(Path(batch.records_file).relative_to(self.path.parent)))
         rollout_s = batch.rollout_s if batch is not None else 0.0
+        wait_s = batch.waited_s if batch is not None else 0.0  # synchronous: the rollouts' whole time
         row["time"] = {"step_s": round(self.step_s, 3), "rollout_s": round(rollout_s, 3),
-                       "train_s": round(max(self.step_s - rollout_s, 0.0), 3)}
+                       "train_s": round(max(self.step_s - wait_s, 0.0), 3)}
+        if batch is not None and batch.ahead:  # produced while earlier steps trained: the step waited this long
+            row["time"]["rollout_wait_s"] = round(wait_s, 3)
         row["max_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
         row["trl"] = {k: _number(v) for k, v in logs.items()
                       if k not in OWN_KEYS and not k.startswith(("rollout/", "time/"))}
@@ -102,8 +107,14 @@ def console_line(row: dict) -> str:
             parts.append("masked " + " ".join(f"{k} {v}" for k, v in sorted(row["masked"].items())))
         if row.get("broken_sandbox"):
             parts.append(f"broken sandboxes {row['broken_sandbox']}")
+        if row.get("stale_dropped"):
+            parts.append(f"stale dropped {row['stale_dropped']}")
         parts += [f"sandbox {'-' if share is None else format(share, '.0%')}",
                   f"check {'ok' if not row['check_mismatches'] else str(row['check_mismatches']) + ' bad'}"]
     t = row["time"]
-    parts.append(f"{t['step_s']:.0f}s (rollouts {t['rollout_s']:.0f}s, train {t['train_s']:.0f}s)")
+    if "rollout_wait_s" in t:
+        parts.append(f"{t['step_s']:.0f}s (rollouts ahead {t['rollout_s']:.0f}s, waited {t['rollout_wait_s']:.0f}s, "
+                     f"train {t['train_s']:.0f}s)")
+    else:
+        parts.append(f"{t['step_s']:.0f}s (rollouts {t['rollout_s']:.0f}s, train {t['train_s']:.0f}s)")
     return "[train] " + " | ".join(parts)

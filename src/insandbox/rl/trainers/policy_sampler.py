@@ -6,10 +6,17 @@ on a CPU costs more than the sampling. Here the cache a generation leaves behind
 the token ids it covers; the next request starts from a copy of the kept cache that shares the
 longest prefix with its context (cut to that prefix), so only the new tokens are computed.
 
-A cache belongs to one set of weights: the rollout hook makes a new sampler for every rollout
-batch, after the optimizer changed them. Requests are served one at a time on a worker thread
-(the event loop and the sandboxes keep going); log-probabilities are the model's raw ones, as in
-rollout/backends/transformers.py.
+A cache belongs to one set of weights. Synchronously (grpo.async_steps 0) the rollout hook makes a
+new sampler for every rollout batch, after the optimizer changed them, stamped with the trainer's
+step as its policy version. Asynchronously the sampler serves the rollout copy of the policy
+(async_rollouts.RolloutWeights): each call first takes in trained weights staged since the last
+one (never during a call), drops its caches when the version changed, and stamps the version it
+sampled with. Requests are served one at a time on a worker thread (the event loop and the
+sandboxes keep going).
+
+Log-probabilities are those of the distribution sampled from: log_softmax(logits / temperature),
+as TRL scores tokens (top_p is not applied, by neither side); greedy requests give the raw ones, as
+rollout/backends/transformers.py does. At temperature 1 both are the same.
 """
 from __future__ import annotations
 
@@ -23,8 +30,14 @@ from ..rollout.types import Sampled, SamplingParams, common_prefix
 
 
 class PrefixCachedSampler:
-    def __init__(self, model: Any, pad_token_id: Optional[int] = None, max_cached_tokens: int = 65536):
-        self.model = model
+    def __init__(self, model: Any, pad_token_id: Optional[int] = None, max_cached_tokens: int = 65536,
+                 version: Optional[int] = None, weights: Any = None):
+        """`version`: the fixed policy version of `model`'s weights; `weights`: a RolloutWeights whose
+        model and changing version are served instead (async_rollouts.py)."""
+        self.model = weights.model if weights is not None else model
+        self.version = version
+        self.weights = weights
+        self.cache_version = version  # the weights the kept caches were computed with
         self.pad_token_id = pad_token_id
         self.max_cached_tokens = max_cached_tokens  # tokens' worth of caches kept (least recently used go first)
         self.caches: OrderedDict[tuple[int, ...], Any] = OrderedDict()
@@ -41,11 +54,20 @@ class PrefixCachedSampler:
 
     # ------------------------------------------------------------------ sampling
     def generate(self, context: list[int], params: SamplingParams) -> Sampled:
+        if self.weights is None:
+            return self._generate(context, params, self.version)
+        with self.weights.turn() as version:  # staged weights go in before the call, none during it
+            if version != self.cache_version:
+                self.caches.clear()
+                self.cache_version = version
+            return self._generate(context, params, version)
+
+    def _generate(self, context: list[int], params: SamplingParams, version: Optional[int]) -> Sampled:
         import torch
         from transformers import GenerationConfig
 
         if params.max_tokens <= 0:
-            return Sampled([], [], "length")
+            return Sampled([], [], "length", policy_version=version)
         sample = params.temperature > 0
         config = GenerationConfig(
             max_new_tokens=params.max_tokens, do_sample=sample, temperature=params.temperature if sample else None,
@@ -65,10 +87,12 @@ class PrefixCachedSampler:
         sequence = out.sequences[0].tolist()
         new = sequence[len(context):]
         logits = torch.stack(out.logits, dim=1)[0, :len(new)].float()
+        if sample:
+            logits = logits / params.temperature
         logprobs = torch.log_softmax(logits, dim=-1).gather(-1, torch.tensor(new, device=logits.device)[:, None])
         self._keep(sequence, out.past_key_values)
         stopped = bool(new) and new[-1] in params.stop_token_ids
-        return Sampled(new, logprobs[:, 0].tolist(), "stop" if stopped else "length")
+        return Sampled(new, logprobs[:, 0].tolist(), "stop" if stopped else "length", policy_version=version)
 
     # ------------------------------------------------------------------ the cache
     def _cache_for(self, context: list[int]) -> tuple[Any, int]:

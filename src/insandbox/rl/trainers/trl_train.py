@@ -101,6 +101,9 @@ def train(config: TrainConfig, reward_fn: Optional[RewardFn] = None,
 
     state = PartialState()
     batch_layout(config, state.num_processes)  # before the image and the model
+    if config.grpo.async_steps and state.num_processes > 1:
+        raise ConfigError(f"grpo.async_steps {config.grpo.async_steps}: rollouts ahead run on one process only "
+                          f"(this run has {state.num_processes}); set async_steps 0 under accelerate")
     prepare_image(config)
     model, tokenizer = load_policy_model(config)
     rollouts = Rollouts(tokenizer, config.rollout, config.reward_config(), reward_fn=reward_fn)
@@ -119,9 +122,14 @@ def train(config: TrainConfig, reward_fn: Optional[RewardFn] = None,
 
     args = GRPOConfig(**grpo_kwargs(config, out, state.num_processes, use_cpu=not torch.cuda.is_available()))
     hook = SandboxRollouts(rollouts, {row["id"]: row for row in fitting}, out, config.concurrency,
-                           config.grpo.mask_truncated)
+                           config.grpo.mask_truncated, async_steps=config.grpo.async_steps,
+                           max_staleness=config.max_staleness(), steps_per_batch=config.steps_per_batch())
     steps = StepLog(out, hook, echo)
     callbacks: list[Any] = [steps]
+    if config.grpo.async_steps:
+        from .async_rollouts import stage_weights_callback
+
+        callbacks.append(stage_weights_callback(hook))
     if state.is_main_process:
         from torch.utils.tensorboard import SummaryWriter
 
@@ -129,10 +137,13 @@ def train(config: TrainConfig, reward_fn: Optional[RewardFn] = None,
     trainer = InSandboxGRPOTrainer(model=model, reward_funcs=[make_reward_func(hook)], args=args,
                                    train_dataset=Dataset.from_list([{"prompt": row["id"]} for row in fitting]),
                                    processing_class=tokenizer, hook=hook, advantage=config.grpo.advantage,
-                                   callbacks=callbacks)
+                                   importance_cap=config.grpo.importance_cap, callbacks=callbacks)
     for noisy in (PrinterCallback, ProgressCallback):  # the console gets StepLog's one line per step
         trainer.remove_callback(noisy)
-    trainer.train()
+    try:
+        trainer.train()
+    finally:
+        hook.close()  # the producer thread, if any
 
     t_save = time.perf_counter()
     final = out / "final"
@@ -147,6 +158,11 @@ def train(config: TrainConfig, reward_fn: Optional[RewardFn] = None,
                "rollouts": sum(b.summary["rollouts"] for b in hook.batches),
                "check_mismatches": sum(b.check_mismatches for b in hook.batches),
                "rows": len(fitting), "rows_left_out": len(rows) - len(fitting),
+               "stale_dropped": sum(b.stale_dropped for b in hook.batches),
+               "async": {"async_steps": config.grpo.async_steps, "max_staleness": hook.max_staleness,
+                         "batches_ahead": sum(b.ahead for b in hook.batches),
+                         "plan_mismatches": sum(b.plan_mismatch for b in hook.batches),
+                         "rollout_wait_s": round(sum(b.waited_s for b in hook.batches), 2)},
                "trl": {k: v for k, v in steps.final.items() if isinstance(v, (int, float))}}
     (out / "summary.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
     echo(f"[train] done: {summary['steps']} steps, {summary['rollouts']} rollouts, checkpoint {final}; "
