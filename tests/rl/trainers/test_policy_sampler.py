@@ -58,3 +58,20 @@ def test_kept_caches_stay_within_their_budget(model):
         sampler.generate(list(range(start + 1, start + 41)), GREEDY)
     assert 1 <= len(sampler.caches) <= 2 and sum(len(k) for k in sampler.caches) <= 100
     sampler.close()
+
+
+def test_logprobs_are_of_the_distribution_sampled_from(model):
+    """At temperature T the recorded logprob is log_softmax(logits / T): what TRL scores, so an importance
+    ratio compares like with like."""
+    sampler = PrefixCachedSampler(model, pad_token_id=0, version=7)
+    context = list(range(10, 30))
+    sampled = sampler.generate(context, SamplingParams(max_tokens=4, temperature=0.5, stop_token_ids=[299], seed=3))
+    assert sampled.policy_version == 7
+    ids = torch.tensor([context + sampled.token_ids])
+    with torch.no_grad():
+        logits = model(ids).logits[0, len(context) - 1:-1].float()
+    expected = torch.log_softmax(logits / 0.5, dim=-1).gather(-1, torch.tensor(sampled.token_ids)[:, None])[:, 0]
+    assert sampled.logprobs == pytest.approx(expected.tolist(), abs=1e-4)
+    raw = torch.log_softmax(logits, dim=-1).gather(-1, torch.tensor(sampled.token_ids)[:, None])[:, 0]
+    assert sampled.logprobs != pytest.approx(raw.tolist(), abs=1e-3)
+    sampler.close()
