@@ -98,3 +98,16 @@ def test_reward_paper_is_a_shorthand_that_merges_over_the_preset(tmp_path):
     path.write_text("reward: generous\n")
     with pytest.raises(ConfigError, match="no scoring"):
         load_config(path)
+
+
+def test_async_rollouts_default_to_synchronous_and_bound_staleness_in_optimizer_steps():
+    from insandbox.core.errors import ConfigError
+
+    c = TrainConfig()
+    assert c.grpo.async_steps == 0 and c.max_staleness() == 0 and c.steps_per_batch() == 1
+    c = load_config(None, {"preset": "smoke", "grpo": {"async_steps": 2, "mini_batches": 2}})
+    assert c.steps_per_batch() == 2 and c.max_staleness() == 4  # k batches of 2 updates each
+    c = load_config(None, {"preset": "smoke", "grpo": {"async_steps": 1, "max_staleness": 0}})
+    assert c.max_staleness() == 0
+    with pytest.raises(ConfigError, match="grpo.async_steps: Input should be greater than or equal to 0"):
+        load_config(None, {"preset": "smoke", "grpo": {"async_steps": -1}})

@@ -19,7 +19,8 @@ Three pieces:
                   global step v0 + b*m, m optimizer steps per batch) starts only once the copy holds
                   weights of version >= v0 + (b-k)*m: it is never more than k batches ahead.
 
-One process only: under several processes the hook refuses k >= 1 (trl_train.py).
+One process only: under several processes k >= 1 is refused (trl_train.py). The manual: docs/rl/train.md
+('Asynchronous rollouts').
 """
 from __future__ import annotations
 
