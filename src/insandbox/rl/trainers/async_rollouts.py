@@ -28,6 +28,7 @@ import asyncio
 import copy
 import threading
 import time
+from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -60,7 +61,9 @@ class RolloutWeights:
         self._staged = threading.Condition()  # guards the staging buffers and their version
         self._buffers: Optional[list[Any]] = None
         self._staged_version = version
-        self.events: list[tuple] = []  # ("generate", version, start/end) and ("applied", version): in order
+        # ("generate", version, "start"/"end") and ("applied", version), in order (the newest only: a long run
+        # makes two per turn)
+        self.events: deque[tuple] = deque(maxlen=100_000)
 
     def stage(self, model: Any, version: int) -> None:
         """The trainer's weights after an optimizer step (trainer thread): copied now, taken in later."""
