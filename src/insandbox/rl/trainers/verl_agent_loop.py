@@ -6,7 +6,8 @@ rollout servers through the server manager verl gives every agent loop.
            task   = the row's `insandbox_task` (the task row, as JSON)
            record = Rollouts.run(task, ServerManagerSampler(server_manager))      a sandbox of its own
       -> AgentLoopOutput(prompt_ids, response_ids, response_mask (0 at sandbox and template tokens),
-                         response_logprobs, reward_score (the outcome reward), num_turns, metrics, extra_fields)
+                         response_logprobs, reward_score (the outcome reward), num_turns, metrics, extra_fields
+                         (policy_versions: verl's parameter version per model turn, policy_version the oldest))
 
 The reward is computed inside the loop, while the sandbox still holds the answer file; verl puts
 reward_score on the last response token (rm_scores) and skips its own reward functions. A masked
@@ -111,14 +112,22 @@ class InSandboxAgentLoop(AgentLoopBase):
                              f"rollout.prompt_length={self.prompt_length}; raise data.max_prompt_length or drop "
                              f"the row (verl_data.py --max-prompt-length does)")
         request_id = self._request_id(group, sample)
-        sampler = ServerManagerSampler(self.server_manager, sampling_params, request_id)
+        sampler = self._sampler(sampling_params, request_id)
         async with _gate(self.settings.max_concurrent_rollouts):
             record = await self.rollouts.run(task, sampler, group=group, sample=sample)
+        output = self._output(record, sampler, request_id)
         if self.settings.records_dir is not None:
             _append_record(self.settings.records_dir, record, {
                 "global_steps": kwargs.get("global_steps"), "uid": kwargs.get("uid"), "request_id": request_id,
-                "temperature": sampling_params.get("temperature")})
-        return self._output(record, sampler, request_id)
+                "temperature": sampling_params.get("temperature"), **self._record_tags(output)})
+        return output
+
+    def _sampler(self, sampling_params: dict[str, Any], request_id: str) -> ServerManagerSampler:
+        return ServerManagerSampler(self.server_manager, sampling_params, request_id)
+
+    def _record_tags(self, output: AgentLoopOutput) -> dict[str, Any]:
+        """What a variant adds to the record it writes to records_dir, beside the record itself."""
+        return {}
 
     def _request_id(self, group: int, sample: int) -> str:
         """One id for all turns of a rollout (verl routes them to one server: its prefix cache holds the context)."""
@@ -150,6 +159,8 @@ class InSandboxAgentLoop(AgentLoopBase):
         extra = {
             "turn_scores": [], "tool_rewards": [],  # the keys verl's own loops fill
             "min_global_steps": sampler.min_global_steps, "max_global_steps": sampler.max_global_steps,
+            # the parameter version that sampled each model turn, and the oldest of them (None: unknown)
+            "policy_versions": list(record.policy_versions), "policy_version": record.policy_version,
             "reward_extra_info": info,
             "insandbox": {"record_id": record.id, "request_id": request_id, "task_id": record.task_id,
                           "exit_reason": exit_reason,

@@ -34,6 +34,7 @@ class LlamaCppRolloutServer:
         self.response_length = response_length
         self.global_steps = 0
         self.requests = 0
+        self._sync: Optional[tuple[int, int, int]] = None  # (requests before it, tokens, the new version)
 
     async def generate(self, prompt_ids: list[int], sampling_params: dict[str, Any], request_id: str,
                        image_data: Any = None, video_data: Any = None, audio_data: Any = None,
@@ -50,25 +51,40 @@ class LlamaCppRolloutServer:
         if not params.get("ignore_eos", False) and self.eos not in stops:
             stops.append(self.eos)
         top_p = params.get("top_p", 1.0)
+        sync = self._sync if self._sync is not None and self._sync[0] == self.requests else None
+        if sync is not None:  # this request is the one a weight sync cuts short
+            max_tokens = min(int(max_tokens), sync[1])
         sampled = await self.generator(list(prompt_ids), SamplingParams(
             max_tokens=max(int(max_tokens), 1), temperature=float(params.get("temperature", 1.0)),
             top_p=float(top_p) if top_p and top_p > 0 else 1.0, stop_token_ids=stops, seed=params.get("seed")))
         self.requests += 1
+        version = self.global_steps
+        if sync is not None:
+            self._sync, self.global_steps = None, sync[2]
+        stop_reason = "aborted" if sync is not None and not (sampled.token_ids and sampled.token_ids[-1] in stops) \
+            else "completed"
         return TokenOutput(token_ids=sampled.token_ids, log_probs=sampled.logprobs if params.get("logprobs") else None,
-                           stop_reason="completed", num_preempted=0,
-                           extra_fields={"global_steps": self.global_steps})
+                           stop_reason=stop_reason, num_preempted=0, extra_fields={"global_steps": version})
 
     def set_global_steps(self, steps: int) -> None:
         self.global_steps = steps
+
+    def sync_during(self, request: int, tokens: int, version: int) -> None:
+        """A weight sync in the middle of this server's `request`-th request from now (0: the next), as
+        verl's fully async trainer makes one: the request stops after `tokens` tokens with stop_reason
+        "aborted" (what vLLM answers to verl's abort) and the weights become `version`; verl's
+        FullyAsyncLLMServerClient then resumes it (partial_rollout) on the new version."""
+        self._sync = (self.requests + request, tokens, version)
 
     def stats(self) -> dict[str, int]:
         return {"requests": self.requests, "evaluated_prompt_tokens": self.generator.evaluated}
 
 
 def start_cpu_llm_client(config: Any, gguf: Path, replicas: int = 1, n_ctx: int = 8192, seed: int = 0,
-                         num_cpus: float = 1) -> tuple[Any, list[Any]]:
+                         num_cpus: float = 1, client_cls: Any = None) -> tuple[Any, list[Any]]:
     """(verl's LLMServerClient, the server actors): `replicas` llama.cpp servers as Ray actors behind
-    verl's load balancer, as verl's LLMServerManager sets up vLLM replicas. Ray must be initialised."""
+    verl's load balancer, as verl's LLMServerManager sets up vLLM replicas. Ray must be initialised.
+    client_cls: another of verl's clients (FullyAsyncLLMServerClient, as the fully async rollouter uses)."""
     import ray
     from verl.workers.rollout.llm_server import LLMServerClient
     from verl.workers.rollout.router import get_router_handle
@@ -79,7 +95,7 @@ def start_cpu_llm_client(config: Any, gguf: Path, replicas: int = 1, n_ctx: int 
         str(gguf), n_ctx=n_ctx, seed=seed + i, prompt_length=rollout.prompt_length,
         response_length=rollout.response_length) for i in range(replicas)}
     router = get_router_handle(servers, full_determinism=bool(rollout.get("full_determinism", False)))
-    return LLMServerClient(config, load_balancer_handle=router), list(servers.values())
+    return (client_cls or LLMServerClient)(config, load_balancer_handle=router), list(servers.values())
 
 
 def export_gguf_as_hf(gguf: Path, out: Path) -> Path:

@@ -7,7 +7,8 @@ the reward config's error value, which says nothing about the model, and pulled 
 it (-0.094 logged against a true -0.150). Here verl's compute_data_metrics is wrapped so those six
 metrics are over the rollouts the loss sees; every other metric is verl's own, and
 `insandbox/masked_rollouts` counts the rollouts left out. Without masked rollouts the metrics are
-verl's exactly.
+verl's exactly. Under verl's fully asynchronous trainer, the rollouts dropped for their age are masked
+ones too; `rollout/stale_dropped` counts them apart, beside verl's own evictions (staleness_counts).
 
 A rollout is masked when the batch's `masked` column (reward_extra_info, verl's legacy trainer keeps
 it) says so, else when its response_mask is all 0 (the V1 trainer's metrics batch holds the masks only),
@@ -28,6 +29,8 @@ import torch
 from verl.trainer.ppo import metric_utils
 
 SCORED = ("critic/score", "critic/rewards")
+STALE_KEY = "stale_dropped"  # the agent loop's reward_extra_info column (verl_async.py)
+VERL_DROPPED = "fully_async/count/dropped_stale_samples"  # verl's rollout status, in the batch's meta_info
 
 
 def kept_rows(batch: Any) -> torch.Tensor:
@@ -49,13 +52,29 @@ def _response_lengths(batch: Any) -> torch.Tensor:
     return batch.batch["attention_mask"][:, -width:].sum(-1)
 
 
+def staleness_counts(batch: Any) -> dict[str, Any]:
+    """The fully asynchronous trainer's drops (verl_async.py): `rollout/stale_dropped`, the rollouts of
+    this batch past the agent loop's max_staleness; `rollout/stale_dropped_by_verl`, the groups verl's
+    own message queue evicted when full, so far (its rollout status, when the batch carries it).
+    Nothing for a batch of the synchronous recipe."""
+    out: dict[str, Any] = {}
+    column = batch.non_tensor_batch.get(STALE_KEY) if batch.non_tensor_batch else None
+    if column is not None:
+        out["rollout/stale_dropped"] = int((np.asarray(column, dtype=np.float64) > 0).sum())
+    verls = (batch.meta_info or {}).get(VERL_DROPPED)
+    if verls is not None:
+        out["rollout/stale_dropped_by_verl"] = int(verls)
+    return out
+
+
 def without_masked(metrics: dict[str, Any], batch: Any) -> dict[str, Any]:
     """verl's `metrics` of `batch`, the score and reward statistics taken over the kept rollouts only."""
     kept = kept_rows(batch)
     left_out = int((~kept).sum()) - int((_response_lengths(batch) <= 0).sum())
+    stale = staleness_counts(batch)
     if left_out <= 0:
-        return metrics
-    out = dict(metrics, **{"insandbox/masked_rollouts": left_out})
+        return dict(metrics, **stale) if stale else metrics
+    out = dict(metrics, **{"insandbox/masked_rollouts": left_out}, **stale)
     for name, key in zip(SCORED, ("token_level_scores", "token_level_rewards")):
         values = batch.batch[key].sum(-1)[kept]
         stats = (values.mean().item(), values.max().item(), values.min().item()) if values.numel() else \
