@@ -41,3 +41,28 @@ def test_a_prompt_past_the_context_is_refused_in_vllms_words(model):
     code, body = model.chat({"messages": [{"role": "user", "content": "word " * 3000}], "max_tokens": 10,
                              "return_token_ids": True})
     assert code == 400 and body["error"]["code"] == "context_length_exceeded"
+
+
+def test_a_completion_of_token_ids_answers_as_vllm_does(model):
+    prompt = model.llama.tokenize(b"<|im_start|>user\nSay hello.<|im_end|>\n<|im_start|>assistant\n", add_bos=False,
+                                  special=True)
+    im_end = model.llama.tokenize(b"<|im_end|>", add_bos=False, special=True)[0]
+    code, body = model.complete({"prompt": prompt, "max_tokens": 30, "logprobs": 0, "return_token_ids": True,
+                                 "stop_token_ids": [im_end]})
+    assert code == 200
+    choice = body["choices"][0]
+    ids, lps = choice["token_ids"], choice["logprobs"]["token_logprobs"]
+    assert choice["prompt_token_ids"] == prompt
+    assert len(ids) == len(lps) == body["usage"]["completion_tokens"] > 0 and all(lp <= 0 for lp in lps)
+    if choice["finish_reason"] == "stop":  # the stop token is among the ids, not in the text
+        assert ids[-1] == im_end and "<|im_end|>" not in choice["text"]
+    assert choice["text"] == model.llama.detokenize([t for t in ids if t != im_end]).decode()
+    # greedy and the same ids: the same completion
+    assert model.complete({"prompt": prompt, "max_tokens": 30, "stop_token_ids": [im_end]})[1]["choices"][0][
+        "token_ids"] == ids
+
+
+@pytest.mark.parametrize("prompt", [[], [-1], [10 ** 9], ["a"], [True], {"a": 1}])
+def test_a_completion_refuses_a_prompt_that_is_not_token_ids(model, prompt):
+    code, body = model.complete({"prompt": prompt, "max_tokens": 3})
+    assert code == 400 and "prompt" in body["error"]["message"]

@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from . import atif, bench, clean, config_file, image, pool, replay, rl, run, serve, view
+from . import atif, bench, clean, config_file, gateway, image, pool, replay, rl, run, serve, view
 from .command import Command
 from .common import click_exceptions, command_of, exit_code_of, missing_need
 
@@ -30,6 +30,7 @@ app.add_typer(export_app, name="export")
 app.add_typer(import_app, name="import")
 pool_app = typer.Typer(no_args_is_help=True, help="A sandbox service that outlives a run.")
 app.add_typer(pool_app, name="pool")
+app.add_typer(gateway.app, name="gateway")
 pool_app.command("serve", cls=Command)(pool.pool_serve)
 pool_app.command("status", cls=Command)(pool.pool_status)
 export_app.command("atif", cls=Command)(atif.export_atif)

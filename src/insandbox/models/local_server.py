@@ -12,6 +12,11 @@ know nothing of tools, so we control how tools reach them:
   ({"name": ..., "arguments": {...}}), returned as structured `tool_calls`;
 - without tools (plain mode) the model writes free text.
 
+`/v1/completions` takes a prompt of token ids (or text) and answers as vLLM does with
+`return_token_ids` and `logprobs`: the sampled ids (the stop token included), each one's log
+probability, the text. That is what a token-recording gateway (insandbox.gateway) sends: the
+ids it holds, never a re-rendered conversation.
+
 One model, one generation at a time (requests queue on a lock). Usage comes from the
 model's own token counts. Prompt + max_tokens over the context window gets a 400 in
 vLLM's words, so clients can shrink max_tokens or stop.
@@ -24,14 +29,18 @@ closes (its parent went away).
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import json
 import os
 import re
+import select
+import socket
 import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Optional
 
@@ -209,6 +218,73 @@ class LocalModel:
             body["choices"][0]["logprobs"] = {"content": tokens["logprobs"]}
         return 200, body
 
+    def complete(self, req: dict, gone: Callable[[], bool] = lambda: False) -> tuple[int, dict]:
+        """A completion of a prompt given as token ids (or as text), as vLLM's /v1/completions answers it:
+        the choice's `token_ids` (a stop token included), `logprobs` (tokens and token_logprobs: each
+        sampled token's log probability under the model, its logits before any sampling setting) and
+        `prompt_token_ids`. Greedy unless a temperature is given, as the chat endpoint; no repetition
+        penalty (the ids are a policy's samples). `gone()` says the client went away: sampling stops (checked
+        every few tokens), so a client that gave up does not hold the model for the next one."""
+        prompt = req.get("prompt")
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], list):
+            prompt = prompt[0]  # a batch of one
+        if isinstance(prompt, str):
+            prompt = self.llama.tokenize(prompt.encode("utf-8"), add_bos=False, special=True)
+        n_vocab = self.llama.n_vocab()
+        if not (isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool)
+                                                            and 0 <= t < n_vocab for t in prompt)):
+            return 400, {"error": {"type": "BadRequestError", "message": (
+                f"prompt: a non-empty list of token ids below {n_vocab}, or a string")}}
+        if int(req.get("n") or 1) != 1:
+            return 400, {"error": {"type": "BadRequestError", "message": "n: only 1 is supported"}}
+        max_tokens = int(req.get("max_tokens") or DEFAULT_MAX_TOKENS)
+        if len(prompt) + max_tokens > self.n_ctx:
+            return 400, {"error": {"type": "BadRequestError", "code": "context_length_exceeded", "message": (
+                f"This model's maximum context length is {self.n_ctx} tokens. However, you requested "
+                f"{len(prompt) + max_tokens} tokens ({len(prompt)} in the prompt, {max_tokens} in the completion). "
+                "Please reduce the length of the prompt or completion.")}}
+        stop = {int(t) for t in req.get("stop_token_ids") or []}
+        t0 = time.perf_counter()
+        with self.lock:
+            ids, logprobs, finish = self._sample(prompt, stop, max_tokens, req, gone)
+        text = self.llama.detokenize([t for t in ids if t not in stop]).decode("utf-8", "replace")
+        tokens = [self.llama.detokenize([t], special=True).decode("utf-8", "replace") for t in ids]
+        choice: dict[str, Any] = {"index": 0, "text": text, "finish_reason": finish,
+                                  "stop_reason": ids[-1] if finish == "stop" and ids else None,
+                                  "token_ids": ids, "prompt_token_ids": prompt}
+        if req.get("logprobs") is not None:
+            choice["logprobs"] = {"tokens": tokens, "token_logprobs": logprobs,
+                                  "top_logprobs": None, "text_offset": None}
+        return 200, {"id": "cmpl-" + uuid.uuid4().hex[:16], "object": "text_completion", "created": int(time.time()),
+                     "model": self.name, "choices": [choice],
+                     "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(ids),
+                               "total_tokens": len(prompt) + len(ids)},
+                     "timings": {"seconds": round(time.perf_counter() - t0, 4)}}
+
+    def _sample(self, prompt: list[int], stop: set[int], max_tokens: int, req: dict,
+                gone: Callable[[], bool]) -> tuple[list[int], list[float], str]:
+        import llama_cpp
+        import numpy as np
+
+        llama = self.llama
+        temperature = float(req.get("temperature", 0.0) or 0.0)
+        if req.get("seed") is not None:
+            llama.set_seed(int(req["seed"]))
+        vocab, n_vocab = llama._model.vocab, llama.n_vocab()
+        ids: list[int] = []
+        logprobs: list[float] = []
+        for token in llama.generate(prompt, temp=temperature, top_p=float(req.get("top_p", 1.0)),
+                                    top_k=0 if temperature > 0 else 1, min_p=0.0,
+                                    repeat_penalty=float(req.get("repetition_penalty", 1.0)), reset=True):
+            logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(llama._ctx.ctx, -1), shape=(n_vocab,))
+            ids.append(int(token))
+            logprobs.append(float(logits[token] - np.logaddexp.reduce(logits.astype(np.float64))))
+            if token in stop or (not req.get("ignore_eos") and llama_cpp.llama_vocab_is_eog(vocab, token)):
+                return ids, logprobs, "stop"
+            if len(ids) >= max_tokens or (len(ids) % 16 == 0 and gone()):
+                break
+        return ids, logprobs, "length"
+
     def _generate_ids(self, messages: list[dict], grammar, params: dict) -> tuple[dict, dict]:
         """A reply sampled token by token from the chat template's prompt, with the ids of both and each
         sampled token's log probability under the model (its logits before any sampling setting)."""
@@ -253,6 +329,14 @@ class LocalModel:
 class _Handler(JSONHandler):
     server_version = "insandbox-local/1"
 
+    def client_gone(self) -> bool:
+        """The client closed its connection (it gave up waiting)."""
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True
+
     def do_GET(self):
         model: LocalModel = self.server.model
         path = self.route()
@@ -265,7 +349,12 @@ class _Handler(JSONHandler):
 
     def do_POST(self):
         raw = self.read_body()
-        if not self.route().endswith("/chat/completions"):
+        path = self.route()
+        if path.endswith("/chat/completions"):
+            handle = self.server.model.chat
+        elif path.endswith("/completions"):
+            handle = functools.partial(self.server.model.complete, gone=self.client_gone)
+        else:
             return self.send_json(404, {"error": {"message": "not found"}})
         try:
             req = json.loads(raw)
@@ -273,8 +362,10 @@ class _Handler(JSONHandler):
             return self.send_json(400, {"error": {"message": f"bad JSON: {e}"}})
         if req.get("stream"):
             return self.send_json(400, {"error": {"message": "streaming is not supported by the embedded server"}})
+        if not isinstance(req, dict):
+            return self.send_json(400, {"error": {"message": "the body must be a JSON object"}})
         try:
-            code, body = self.server.model.chat(req)
+            code, body = handle(req)
         except Exception as e:  # report, keep serving
             code, body = 500, {"error": {"message": f"{type(e).__name__}: {e}"}}
         self.send_json(code, body)

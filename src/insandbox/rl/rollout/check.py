@@ -33,7 +33,9 @@ def check_record(record: RolloutRecord, chat: ChatFormat) -> list[str]:
         at = next((i for i, (a, b) in enumerate(zip(decoded, expected)) if a != b), min(len(decoded), len(expected)))
         problems.append(f"decoded ids differ from the rendered conversation at character {at}: "
                         f"{decoded[max(at - 40, 0):at + 40]!r} != {expected[max(at - 40, 0):at + 40]!r}")
-    turns = [m["content"] for m in conversation if m.get("role") == "assistant"]
+    # assistant turns the policy did not sample (history a gateway was sent) are part of the prompt
+    skip = int(record.trajectory.get("prompt_turns") or 0)
+    turns = [m["content"] for m in conversation if m.get("role") == "assistant"][skip:]
     sampled = _runs(record.response_ids, record.response_mask)
     if len(sampled) != len(turns):
         problems.append(f"{len(sampled)} runs of model tokens for {len(turns)} model turns")
