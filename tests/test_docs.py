@@ -172,6 +172,9 @@ def parse(argv: list[str]) -> None:
                 return
             # a group stops at its subcommand's name and leaves the words after it in ctx.args
             after = list(ctx.args)
+            named = getattr(ctx, "_protected_args", None) or getattr(ctx, "protected_args", None) or []
+            if not named and not after and getattr(command, "invoke_without_command", False):
+                return  # a group that runs on its own (`insandbox gateway --upstream URL`)
             name = args[len(args) - len(after) - 1]
             _, command, _ = command.resolve_command(ctx, [name, *after])
             args = after

@@ -20,10 +20,13 @@ SUBMIT = '<tool_call>\n{"name": "submit", "arguments": {}}\n</tool_call>'
 
 class Served:
     def __init__(self, upstream: TokenUpstream, store: Path, **kwargs):
-        import uvicorn
-
         self.upstream = upstream
         self.upstream_url = upstream.start()
+        self._start(store, **kwargs)
+
+    def _start(self, store: Path, **kwargs) -> None:
+        import uvicorn
+
         self.store = store
         self.loop = asyncio.new_event_loop()
         self.gateway = self.loop.run_until_complete(prepare(self.upstream_url, store, **kwargs))

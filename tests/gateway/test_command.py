@@ -127,3 +127,70 @@ def test_records_of_an_unknown_session_and_of_no_gateway_say_so(upstream, tmp_pa
     out = subprocess.run([*INSANDBOX, "gateway", "records", "x", "--gateway-url", f"http://127.0.0.1:{port}"],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 1 and "no gateway at" in out.stderr
+
+
+def test_the_sequence_of_the_docs_serve_model_gateway_run_records(docker_image, tmp_path):
+    """As docs/rl/gateway.md shows it: the embedded model as upstream, `insandbox run` pointed at a session,
+    then one JSON record per line with a logprob per model token and the policy version."""
+    model_port, gateway_port = free_port(), free_port()
+    env = dict(os.environ, XDG_STATE_HOME=str(tmp_path / "state"))
+    model = subprocess.Popen([*INSANDBOX, "serve-model", "--port", str(model_port)], stderr=subprocess.DEVNULL,
+                             stdout=subprocess.DEVNULL)
+    gateway = None
+    try:
+        for _ in range(600):
+            try:
+                httpx.get(f"http://127.0.0.1:{model_port}/v1/models", timeout=2)
+                break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        gateway = subprocess.Popen([*INSANDBOX, "gateway", "--upstream", f"http://127.0.0.1:{model_port}/v1",
+                                    "--port", str(gateway_port)], stderr=subprocess.PIPE, text=True, env=env)
+        assert "gateway listening on" in gateway.stderr.readline()
+        run = subprocess.run([*INSANDBOX, "run", "Write the word hello to /testbed/answer.txt", "--base-url",
+                              f"http://127.0.0.1:{gateway_port}/sessions/demo/v1", "--model", "local", "--api-key",
+                              "x", "--max-steps", "2", "--max-tokens", "32", "--image", docker_image, "--out",
+                              str(tmp_path / "runs")], capture_output=True, text=True, timeout=900, env=env)
+        assert run.returncode == 0, run.stderr[-2000:]
+        out = subprocess.run([*INSANDBOX, "gateway", "records", "demo", "--gateway-url",
+                              f"http://127.0.0.1:{gateway_port}"], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0 and out.stderr == "", out.stderr
+        (record,) = [json.loads(line) for line in out.stdout.splitlines()]
+        assert record["num_turns"] == 2
+        assert len(record["response_ids"]) == len(record["response_mask"]) > 0
+        assert len(record["logprobs"]) == sum(record["response_mask"]) > 0
+        assert all(lp <= 0 for lp in record["logprobs"])
+        assert record["policy_version"] == 0 and record["prompt_ids"]
+    finally:
+        for proc in (gateway, model):
+            if proc is not None:
+                proc.terminate()
+                proc.wait(30)
+
+
+def test_pause_resume_and_status_from_the_command_line(upstream, tmp_path):
+    _, url = upstream
+    port = free_port()
+    store = tmp_path / "store"
+    proc = start_gateway(url, store, port)
+    gw = ["--gateway-url", f"http://127.0.0.1:{port}"]
+
+    def cli(*args):
+        out = subprocess.run([*INSANDBOX, "gateway", *args], capture_output=True, text=True, timeout=60)
+        return out.returncode, out.stdout, out.stderr
+
+    try:
+        assert cli("pause", *gw, "--store", str(tmp_path / "elsewhere"))[0] == 1  # no token there: refused
+        code, out, _ = cli("pause", *gw, "--store", str(store))
+        assert code == 0 and json.loads(out)["paused"] is True
+        code, out, _ = cli("resume", *gw, "--store", str(store), "--policy-version", "4")
+        assert code == 0 and json.loads(out)["policy_version"] == 4 and json.loads(out)["paused"] is False
+        code, out, _ = cli("status", *gw)
+        assert code == 0 and json.loads(out)["policy_version"] == 4
+        chat(port, START)
+        code, out, _ = cli("sessions", *gw)
+        assert code == 0 and out.split("\t")[0] == "crash" and "1 turn(s)" in out
+        assert json.loads(cli("records", "crash", *gw)[1])["policy_version"] == 4
+    finally:
+        proc.terminate()
+        proc.wait(30)
