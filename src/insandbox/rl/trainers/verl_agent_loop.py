@@ -46,7 +46,7 @@ from uuid import uuid4
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from pydantic import BaseModel, ConfigDict, Field
-from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput, register
+from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput, _agent_loop_registry, register
 
 from ...core.episode import ExitReason
 from ..rewards import RewardConfig
@@ -76,7 +76,18 @@ class LoopSettings(BaseModel):
     records_dir: Optional[Path] = None
 
 
-@register(AGENT_NAME)
+def register_unless_configured(name: str) -> Any:
+    """verl's `register`, but an entry the agent-loop YAML already put under `name` is kept. verl's worker
+    loads the YAML before it builds a loop; building the first one imports this module, and a plain
+    `register` then replaced the YAML's entry (its settings: rollout, reward, records_dir, ...) with the
+    bare class, so every later rollout of that worker ran on the defaults."""
+    def decorator(cls: type) -> type:
+        return cls if name in _agent_loop_registry else register(name)(cls)
+
+    return decorator
+
+
+@register_unless_configured(AGENT_NAME)
 class InSandboxAgentLoop(AgentLoopBase):
     def __init__(self, *args: Any, rollout: Any = None, reward: Any = None, reward_fn: Optional[str] = None,
                  max_concurrent_rollouts: Optional[int] = None, records_dir: Optional[str] = None,

@@ -19,7 +19,7 @@ A dropped rollout stays in its group with a response_mask of zeros, as a masked 
 shape keeps verl's group of rollout.n intact): the actor's loss never sees it, the recipe's
 estimator (insandbox_rloo) leaves it out of the baseline, and verl_metrics.py counts it as
 `rollout/stale_dropped`. A record of unknown version is dropped too once a bound is set
-(insandbox.rl.rollout.staleness.split_stale).
+(insandbox.rl.rollout.staleness.split_stale); one already masked (a failure) is left as it is.
 
 The recipe's agent-loop YAML (recipes/verl/agent_loop_async.yaml) names this class under the name
 the dataset rows carry ("insandbox"), so verl_data.py's parquet selects it unchanged; it is also
@@ -29,11 +29,11 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, register
+from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
 
 from ..rollout.staleness import split_stale
 from ..rollout.types import RolloutRecord
-from .verl_agent_loop import InSandboxAgentLoop
+from .verl_agent_loop import InSandboxAgentLoop, register_unless_configured
 from .verl_metrics import STALE_KEY  # reward_extra_info: 1.0 for a rollout dropped past the bound
 from .verl_sampler import ServerManagerSampler
 
@@ -54,7 +54,7 @@ class VersionClock:
 CLOCK = VersionClock()
 
 
-@register(ASYNC_AGENT_NAME)
+@register_unless_configured(ASYNC_AGENT_NAME)
 class InSandboxAsyncAgentLoop(InSandboxAgentLoop):
     def __init__(self, *args: Any, max_staleness: Optional[int] = None, **kwargs: Any):
         if max_staleness is not None and int(max_staleness) < 0:
@@ -70,8 +70,8 @@ class InSandboxAsyncAgentLoop(InSandboxAgentLoop):
         current = CLOCK.latest
         if current is None:  # nothing sampled in this process yet: the record cannot be older than itself
             current = record.policy_version if record.policy_version is not None else 0
-        split = split_stale([record], current, self.max_staleness)
-        stale = split.dropped > 0
+        # a masked rollout is out of the loss already (a failure, often before any turn): not judged by age
+        stale = not record.masked and split_stale([record], current, self.max_staleness).dropped > 0
         info = output.extra_fields["reward_extra_info"]
         info[STALE_KEY] = float(stale)
         if stale:

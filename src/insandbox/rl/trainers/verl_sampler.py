@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Optional
 
+from ...core.errors import ModelError
 from ..rollout.types import Sampled, SamplingParams
 
 
@@ -43,8 +44,6 @@ class ServerManagerSampler:
         output = await self.server_manager.generate(request_id=self.request_id, prompt_ids=list(context),
                                                     sampling_params=request)
         self.requests += 1
-        if output.stop_reason == "aborted":
-            raise RuntimeError("the rollout server aborted the request")
         if output.num_preempted is not None:
             self.num_preempted = (self.num_preempted or 0) + output.num_preempted
         oldest, newest = turn_versions(output.extra_fields or {})
@@ -54,6 +53,8 @@ class ServerManagerSampler:
             self.max_global_steps = newest if self.max_global_steps is None else max(self.max_global_steps, newest)
             if self.observe is not None:
                 self.observe(newest)
+        if output.stop_reason in ("aborted", "abort"):  # a model-server failure (model_error), not insandbox's
+            raise ModelError("the rollout server aborted the request (a weight sync without partial_rollout?)")
         ids = list(output.token_ids)
         logprobs = list(output.log_probs) if output.log_probs is not None else None
         return Sampled(ids, logprobs, "stop" if ids and ids[-1] in stops else "length", policy_version=oldest)
