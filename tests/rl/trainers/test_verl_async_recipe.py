@@ -241,3 +241,21 @@ def test_verls_fully_async_entry_point_runs_until_it_asks_for_gpus(tmp_path, mod
     assert "'adv_estimator': 'insandbox_rloo'" in out
     assert "[ASYNC MAIN] Starting create trainer..." in out
     assert "Total available GPUs 0 is less than total desired GPUs 8" in out, out[-3000:]
+
+
+def test_every_run_sh_step_the_docs_show_is_one_run_sh_has():
+    """The commands docs/rl/verl.md and the recipe's README show: each `run.sh STEP` is a step of the
+    script, and each setting they prefix is one it reads."""
+    import re
+
+    script = (RECIPE / "run.sh").read_text(encoding="utf-8")
+    steps = set(re.findall(r"^  ([a-z-]+)\)$", script, flags=re.M))
+    assert {"setup", "data", "head", "worker", "train", "train-async"} <= steps
+    shown = []
+    for page in (ROOT / "docs" / "rl" / "verl.md", RECIPE / "README.md"):
+        text = page.read_text(encoding="utf-8")
+        for match in re.finditer(r"((?:[A-Z_]+=\S+\s+)*)recipes/verl/run\.sh\s+([a-z-]+)", text):
+            shown.append(match.group(2))
+            for setting in re.findall(r"([A-Z_]+)=", match.group(1)):
+                assert re.search(rf"\${{?{setting}\b", script), (page.name, setting)
+    assert "train-async" in shown and set(shown) <= steps, set(shown) - steps
