@@ -66,3 +66,11 @@ def test_a_completion_of_token_ids_answers_as_vllm_does(model):
 def test_a_completion_refuses_a_prompt_that_is_not_token_ids(model, prompt):
     code, body = model.complete({"prompt": prompt, "max_tokens": 3})
     assert code == 400 and "prompt" in body["error"]["message"]
+
+
+def test_a_completion_stops_when_its_client_is_gone(model):
+    prompt = model.llama.tokenize(b"<|im_start|>user\nCount to one hundred.<|im_end|>\n<|im_start|>assistant\n",
+                                  add_bos=False, special=True)
+    code, body = model.complete({"prompt": prompt, "max_tokens": 200, "ignore_eos": True}, gone=lambda: True)
+    assert code == 200 and body["choices"][0]["finish_reason"] == "length"
+    assert len(body["choices"][0]["token_ids"]) == 16  # checked every 16 tokens
