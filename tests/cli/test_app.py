@@ -135,7 +135,10 @@ WITHOUT_ENGINE = {"report": "reads run folders (run below)", "view": "serves run
                   "serve-model": "serves a GGUF model", "scripted-server": "serves a script",
                   "rl build-data": "writes task files", "rl export": "converts a checkpoint",
                   "rl verl-data": "writes parquet files", "pool status": "asks a sandbox service",
-                  "export atif": "reads run folders", "import atif": "writes a run folder"}
+                  "export atif": "reads run folders", "import atif": "writes a run folder",
+                  "gateway records": "asks a gateway", "gateway sessions": "asks a gateway",
+                  "gateway status": "asks a gateway", "gateway pause": "asks a gateway",
+                  "gateway resume": "asks a gateway"}
 SMOKE_TASKS = REPO / "src/insandbox/rl/trainers/presets/smoke-tasks.jsonl"
 
 

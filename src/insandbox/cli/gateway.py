@@ -7,6 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from .command import Command
 from .common import fail
 
 GATEWAY_URL = typer.Option("--gateway-url", help="The gateway.", metavar="URL", envvar="INSANDBOX_GATEWAY_URL")
@@ -31,8 +32,8 @@ def gateway(
     store: Annotated[Optional[Path], STORE] = None,
     upstream_api_key: Annotated[Optional[str], typer.Option(help="The upstream's API key.", metavar="KEY",
                                                             envvar="INSANDBOX_UPSTREAM_API_KEY")] = None,
-    policy_version: Annotated[int, typer.Option(min=0, help="The version of the weights the upstream serves.")]
-    = 0,
+    policy_version: Annotated[int, typer.Option(min=0, help="The version of the weights the upstream serves.",
+                                                metavar="N")] = 0,
     max_tokens: Annotated[int, typer.Option(min=1, help="Tokens a turn samples when a request sets no "
                                                         "max_tokens.", metavar="TOKENS")] = 1024,
 ) -> None:
@@ -74,9 +75,9 @@ def _call(what):
         fail(str(e), 1)
 
 
-@app.command("records")
+@app.command("records", cls=Command)
 def records(
-    session: Annotated[str, typer.Argument(help="The session id (SID of /sessions/SID/v1).")],
+    session: Annotated[str, typer.Argument(help="The session id (SID of /sessions/SID/v1).", metavar="SID")],
     gateway_url: Annotated[Optional[str], GATEWAY_URL] = None,
 ) -> None:
     """Print the session's records, one JSON object per line (one per conversation it held): prompt_ids,
@@ -88,30 +89,31 @@ def records(
         typer.echo(f"insandbox: record {rid} fails the decode check: {problems[0]}", err=True)
 
 
-@app.command("sessions")
+@app.command("sessions", cls=Command)
 def sessions(gateway_url: Annotated[Optional[str], GATEWAY_URL] = None) -> None:
     """List the gateway's sessions (id, conversations, turns)."""
     for s in _call(lambda: _client(gateway_url).sessions()):
         typer.echo(f"{s['id']}\t{s['chains']} conversation(s)\t{s['turns']} turn(s)")
 
 
-@app.command("status")
+@app.command("status", cls=Command)
 def status(gateway_url: Annotated[Optional[str], GATEWAY_URL] = None) -> None:
     """The policy version, paused or not, requests in flight (JSON)."""
     typer.echo(json.dumps(_call(lambda: _client(gateway_url).status())))
 
 
-@app.command("pause")
+@app.command("pause", cls=Command)
 def pause(gateway_url: Annotated[Optional[str], GATEWAY_URL] = None,
           store: Annotated[Optional[Path], STORE] = None) -> None:
     """Hold new requests and wait until those in flight are answered (before a weight update)."""
     typer.echo(json.dumps(_call(lambda: _client(gateway_url, store).pause())))
 
 
-@app.command("resume")
+@app.command("resume", cls=Command)
 def resume(gateway_url: Annotated[Optional[str], GATEWAY_URL] = None,
            store: Annotated[Optional[Path], STORE] = None,
            policy_version: Annotated[Optional[int], typer.Option(
-               min=0, help="The version now served; the turns sampled from here on carry it.")] = None) -> None:
+               min=0, help="The version now served; the turns sampled from here on carry it.", metavar="N")]
+           = None) -> None:
     """Let requests through again, sampled as --policy-version."""
     typer.echo(json.dumps(_call(lambda: _client(gateway_url, store).resume(policy_version))))
