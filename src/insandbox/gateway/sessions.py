@@ -184,7 +184,7 @@ class Session:
         turn = Turn(observation=plan.observation, observation_ids=plan.observation_ids, sampled_ids=ids,
                     logprobs=list(sampled.logprobs) if sampled.logprobs is not None else None,
                     policy_version=version, stopped=stopped, text=text, reply=reply_message(text),
-                    generate_s=generate_s, tokenized=tokenized)
+                    generate_s=round(generate_s, 4), tokenized=tokenized)  # as the file keeps it
         chain.turns.append(turn)
         if self.owner is None:
             self.owner = key_hash
@@ -192,7 +192,7 @@ class Session:
         event.update(chain=chain.index, turn=len(chain.turns) - 1, at=time.time(), observation=turn.observation,
                      tokenized=tokenized, observation_ids=turn.observation_ids, sampled_ids=ids,
                      logprobs=turn.logprobs, policy_version=version, stopped=stopped, text=text, reply=turn.reply,
-                     generate_s=round(generate_s, 4))
+                     generate_s=turn.generate_s)
         self._append(event)
         return turn
 
