@@ -160,3 +160,13 @@ def test_a_streamed_reply_is_the_same_turn(gateway_factory):
     assert calls[0][0]["function"]["name"] == "execute_bash"
     assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
     assert served.records("st")["records"][0]["num_turns"] == 1
+
+
+def test_sessions_let_go_of_memory_are_read_back_from_their_files(gateway_factory):
+    served = gateway_factory([CALL.format("ls"), SUBMIT])
+    served.gateway.sessions.max_open = 2
+    for sid in ("m1", "m2", "m3"):
+        episode(served, sid, ["out"])
+    assert len(served.gateway.sessions._open) <= 2 and "m1" not in served.gateway.sessions._open
+    (rec,) = served.records("m1")["records"]  # read back from its file
+    assert rec["num_turns"] == 1 and served.records("m1")["problems"] == {}

@@ -23,7 +23,7 @@ from typing import Any, Optional
 
 from ..rl.rollout.types import SamplingParams
 from .messages import BadRequest
-from .sessions import Forbidden, Sessions, key_hash
+from .sessions import Forbidden, Session, Sessions, key_hash
 from .upstream import Upstream, UpstreamFailed
 
 MAX_BODY = 64 << 20
@@ -88,7 +88,13 @@ class Gateway:
         if body.get("tool_choice") == "none":
             tools = None
         session = self.sessions.get(sid)
-        owner = key_hash(authorization)
+        session.active += 1  # kept in memory until its turn is recorded
+        try:
+            return await self._turn(session, body, tools, key_hash(authorization))
+        finally:
+            session.active -= 1
+
+    async def _turn(self, session: Session, body: dict, tools: Optional[list[dict]], owner: str) -> dict:
         async with session.lock:
             session.authorize(owner)
             plan = session.plan(body.get("messages"), tools)

@@ -26,6 +26,7 @@ import json
 import os
 import re
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -108,6 +109,7 @@ class Session:
         self.owner: Optional[str] = None  # sha256 of the first request's API key
         self.lock = asyncio.Lock()
         self.created = time.time()
+        self.active = 0  # requests between their plan and their commit: the session stays in memory
 
     # ------------------------------------------------------------------ planning a turn
     def authorize(self, key_hash: str) -> None:
@@ -276,13 +278,16 @@ class Session:
 
 
 class Sessions:
-    """Every session of a store, loaded from its file on first use."""
+    """Every session of a store, loaded from its file on first use. At most `max_open` are kept in memory
+    (a long-lived gateway serves many episodes): the least recently used with no request under way is
+    let go, and read back from its file when asked for again."""
 
-    def __init__(self, store: Path, formats: ChatFormats):
+    def __init__(self, store: Path, formats: ChatFormats, max_open: int = 1024):
         self.folder = Path(store) / "sessions"
         self.folder.mkdir(parents=True, exist_ok=True)
         self.formats = formats
-        self._open: dict[str, Session] = {}
+        self.max_open = max_open
+        self._open: OrderedDict[str, Session] = OrderedDict()
 
     def get(self, sid: str) -> Session:
         if not SESSION_ID.fullmatch(sid or ""):
@@ -290,6 +295,10 @@ class Sessions:
                              "not starting with a punctuation mark")
         if sid not in self._open:
             self._open[sid] = Session.load(sid, self.folder / f"{sid}.jsonl", self.formats)
+            idle = [k for k, s in self._open.items() if k != sid and not s.active and not s.lock.locked()]
+            for k in idle[:max(len(self._open) - self.max_open, 0)]:
+                del self._open[k]
+        self._open.move_to_end(sid)
         return self._open[sid]
 
     def exists(self, sid: str) -> bool:
