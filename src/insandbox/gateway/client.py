@@ -9,11 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
+from ..core.errors import InsandboxError
 from ..rl.rollout.types import RolloutRecord
 from .serve import ADMIN_TOKEN, default_store
 
 
-class GatewayError(RuntimeError):
+class GatewayError(InsandboxError, RuntimeError):
     """The gateway refused or could not be reached (said why, in one line)."""
 
 

@@ -21,10 +21,11 @@ import uuid
 from typing import Any, Optional
 
 from ..core import model_json
+from ..core.errors import DataError
 from ..models.tool_text import parse_text_tool_calls, tool_response_message
 
 
-class BadRequest(ValueError):
+class BadRequest(DataError):
     """The request cannot be served as asked (said why, in one line)."""
 
 

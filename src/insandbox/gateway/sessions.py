@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from ..core.errors import InsandboxError
 from ..rl.rollout.chat import ChatFormat
 from ..rl.rollout.check import check_record
 from ..rl.rollout.types import RolloutRecord, Sampled
@@ -39,7 +40,7 @@ from .messages import BadRequest, assistant_text, environment_messages, same_rep
 SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
-class Forbidden(PermissionError):
+class Forbidden(InsandboxError, PermissionError):
     """The request's API key is not the session's."""
 
 

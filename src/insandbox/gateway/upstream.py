@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from ..core.errors import ConfigError
+from ..core.errors import ConfigError, ModelError
 from ..rl.rollout.types import Sampled, SamplingParams
 
 DIALECTS = ("completions", "sglang")
@@ -29,7 +29,7 @@ class UpstreamRefused(ConfigError):
     """The upstream cannot give token ids and their log-probabilities (said why, in one line)."""
 
 
-class UpstreamFailed(RuntimeError):
+class UpstreamFailed(ModelError):
     """A request to the upstream failed (its status and message), after the gateway started."""
 
     def __init__(self, message: str, status: int = 502):
