@@ -206,9 +206,10 @@ def make_app(gateway: Gateway):
         except BadRequest as e:
             return error(400, str(e))
         async with session.lock:
-            found = [r.model_dump(mode="json") for r in session.records()]
-            problems = session.check()
-        return JSONResponse({"session": sid, "records": found, "problems": problems})
+            found = session.records()
+            problems = session.check(found)
+        return JSONResponse({"session": sid, "records": [r.model_dump(mode="json") for r in found],
+                             "problems": problems})
 
     async def sessions(request: Request):
         out = []

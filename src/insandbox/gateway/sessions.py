@@ -35,7 +35,7 @@ from ..core.errors import InsandboxError
 from ..rl.rollout.chat import ChatFormat
 from ..rl.rollout.check import check_record
 from ..rl.rollout.types import RolloutRecord, Sampled
-from .messages import BadRequest, assistant_text, environment_messages, same_reply, split_turns
+from .messages import BadRequest, assistant_text, environment_messages, reply_message, same_reply, split_turns
 
 SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
@@ -84,6 +84,7 @@ class Plan:
     observation: list[dict]
     observation_ids: list[int]
     context: list[int]
+    tokenized: list[dict] = field(default_factory=list)  # the observation as tokenized (escaped)
 
 
 class ChatFormats:
@@ -118,34 +119,34 @@ class Session:
             raise Forbidden(f"session {self.id} belongs to another API key")
 
     def plan(self, messages: list[dict], tools: Optional[list[dict]]) -> Plan:
-        prefix, turns = split_turns(messages)
+        prefix, raw_turns = split_turns(messages)
         prompt = environment_messages(prefix)
+        turns = [(message, environment_messages(after)) for message, after in raw_turns]  # normalised once
         chat = self.formats.get(tools)
         best: Optional[tuple[Chain, int]] = None
         for chain in reversed(self.chains):  # the newest first: a retry goes on from the latest branch
             shared = self._shared_turns(chain, prompt, turns, tools)
             if shared is not None and (best is None or shared > best[1]):
                 best = (chain, shared)
-        observation = environment_messages(turns[-1][1]) if turns else []
         if best is not None and best[1] == len(turns) and turns:
             chain, shared = best
             if shared < len(chain.turns):  # goes on from an earlier turn: a branch sharing its ids
                 chain = self._branch(chain, shared)
-            tokenized = copy.deepcopy(observation)
+            observation = turns[-1][1]
+            tokenized = copy.deepcopy(observation)  # observation_ids escapes it in place
             obs_ids = chat.observation_ids(tokenized, chain.turns[-1].stopped)
-            return Plan(chain, chain.index < 0, len(chain.turns), observation, obs_ids, chain.context() + obs_ids)
-        if turns:  # history this gateway did not sample: all of it is the prompt
-            prompt = environment_messages(prefix)
-            for message, after in turns:
-                prompt.append({"role": "assistant", "content": assistant_text(message)})
-                prompt += environment_messages(after)
+            return Plan(chain, chain.index < 0, len(chain.turns), observation, obs_ids, chain.context() + obs_ids,
+                        tokenized)
+        for message, after in turns:  # history this gateway did not sample: all of it is the prompt
+            prompt += [{"role": "assistant", "content": assistant_text(message)}, *after]
         prompt_ids = chat.prompt_ids(prompt)
         chain = Chain(index=-1, tools=tools, prompt=prompt, prompt_ids=prompt_ids)
         return Plan(chain, True, 0, [], [], list(prompt_ids))
 
     def _shared_turns(self, chain: Chain, prompt: list[dict], turns: list[tuple[dict, list[dict]]],
                       tools: Optional[list[dict]]) -> Optional[int]:
-        """How many of the request's turns are the chain's (None: not even its prompt)."""
+        """How many of the request's turns (each reply with what followed it, normalised) are the chain's
+        (None: not even its prompt)."""
         if chain.prompt != prompt or (chain.tools or []) != (tools or []) or len(turns) > len(chain.turns):
             return None
         n = 0
@@ -154,7 +155,7 @@ class Session:
             if not same_reply(message, ours.text, ours.reply):
                 return None
             if i + 1 < len(turns):  # what came after it must be what the chain holds
-                if i + 1 >= len(chain.turns) or environment_messages(after) != chain.turns[i + 1].observation:
+                if i + 1 >= len(chain.turns) or after != chain.turns[i + 1].observation:
                     return None
             n += 1
         return n
@@ -180,10 +181,7 @@ class Session:
         ids = list(sampled.token_ids)
         stopped = bool(ids) and ids[-1] in chat.stop_token_ids
         text = chat.assistant_text(ids)
-        from .messages import reply_message
-
-        tokenized = copy.deepcopy(plan.observation)
-        chat.escape_messages(tokenized)
+        tokenized = plan.tokenized
         turn = Turn(observation=plan.observation, observation_ids=plan.observation_ids, sampled_ids=ids,
                     logprobs=list(sampled.logprobs) if sampled.logprobs is not None else None,
                     policy_version=version, stopped=stopped, text=text, reply=reply_message(text),
@@ -268,13 +266,14 @@ class Session:
                         "prompt_turns": sum(1 for m in chain.prompt if m.get("role") == "assistant"),
                         "forked_from": list(chain.forked_from) if chain.forked_from else None})
 
-    def check(self) -> dict[str, list[str]]:
-        """The decode check of every record (rl/rollout/check.py): {record id: problems}, empty when sound."""
+    def check(self, records: list[RolloutRecord]) -> dict[str, list[str]]:
+        """The decode check of the session's records, in chain order (rl/rollout/check.py): {record id:
+        problems}, empty when sound."""
         found = {}
-        for chain in self.chains:
-            problems = check_record(self.record(chain), self.formats.get(chain.tools))
+        for chain, record in zip(self.chains, records):
+            problems = check_record(record, self.formats.get(chain.tools))
             if problems:
-                found[f"{self.id}/c{chain.index}"] = problems
+                found[record.id] = problems
         return found
 
 
