@@ -30,9 +30,9 @@ def test_pause_drains_holds_new_requests_and_resume_sets_the_version(gateway_fac
     while admin.status()["in_flight"] == 0:
         time.sleep(0.02)
     status = admin.pause()  # returns once the request in flight is answered
-    order.append("drained")
     assert status["paused"] and status["in_flight"] == 0
-    assert order == ["answered before", "drained"]
+    # its turn was recorded before the drain ended (the client's own thread may read the reply later)
+    assert served.records("before")["records"][0]["num_turns"] == 1
     after = threading.Thread(target=ask, args=("after",))
     after.start()
     time.sleep(2.5)  # a paused gateway holds it: not answered, not sent upstream
