@@ -44,18 +44,24 @@ async def answer_reward(row, outcome, config):
     return RewardResult(value=correct, correct=correct, detail={"answer": outcome.answer})
 
 
+def cpu_policy_and_rows(tmp_path_factory, name: str) -> tuple[Path, Path]:
+    """The embedded model as a transformers folder (made once a session) and a folder holding the tasks
+    as verl's train.parquet."""
+    model = tmp_path_factory.getbasetemp() / "smollm2-hf"
+    if not (model / "config.json").is_file():
+        export_gguf_as_hf(default_gguf(), model)
+    work = tmp_path_factory.mktemp(name)
+    write_parquet(verl_rows(TASKS), work / "train.parquet")
+    return model, work
+
+
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory, docker_image):
     """The recipe's trainer config at CPU scale, a Ray cluster, and verl's LLMServerClient over llama.cpp."""
     import ray
     from hydra import compose, initialize_config_dir
 
-    base = tmp_path_factory.getbasetemp()
-    model = base / "smollm2-hf"
-    if not (model / "config.json").is_file():
-        export_gguf_as_hf(default_gguf(), model)
-    work = tmp_path_factory.mktemp("verl-loop")
-    write_parquet(verl_rows(TASKS), work / "train.parquet")
+    model, work = cpu_policy_and_rows(tmp_path_factory, "verl-loop")
     records = work / "records"
     (work / "agent_loop.yaml").write_text(json.dumps([{
         "name": AGENT_NAME, "_target_": "insandbox.rl.trainers.verl_agent_loop.InSandboxAgentLoop",

@@ -18,9 +18,9 @@ from insandbox.models.local_server import default_gguf
 from insandbox.rl.rollout import RolloutRecord
 from insandbox.rl.trainers import verl_async
 from insandbox.rl.trainers.verl_async import InSandboxAsyncAgentLoop
-from insandbox.rl.trainers.verl_cpu_server import export_gguf_as_hf, start_cpu_llm_client
-from insandbox.rl.trainers.verl_data import AGENT_NAME, TASK_COLUMN, verl_rows, write_parquet
-from tests.rl.trainers.test_verl_agent_loop import TASKS, read_records
+from insandbox.rl.trainers.verl_cpu_server import start_cpu_llm_client
+from insandbox.rl.trainers.verl_data import AGENT_NAME, TASK_COLUMN
+from tests.rl.trainers.test_verl_agent_loop import TASKS, cpu_policy_and_rows, read_records
 from tests.rl.trainers.test_verl_async_recipe import compose
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -32,12 +32,7 @@ def setup(tmp_path_factory, docker_image):
     import ray
     from verl.workers.rollout.llm_server import FullyAsyncLLMServerClient
 
-    base = tmp_path_factory.getbasetemp()
-    model = base / "smollm2-hf"
-    if not (model / "config.json").is_file():
-        export_gguf_as_hf(default_gguf(), model)
-    work = tmp_path_factory.mktemp("verl-async-loop")
-    write_parquet(verl_rows(TASKS), work / "train.parquet")
+    model, work = cpu_policy_and_rows(tmp_path_factory, "verl-async-loop")
     records = work / "records"
     (work / "agent_loop_async.yaml").write_text(json.dumps([{
         "name": AGENT_NAME, "_target_": "insandbox.rl.trainers.verl_async.InSandboxAsyncAgentLoop",
