@@ -263,23 +263,32 @@ class LocalModel:
 
     def _sample(self, prompt: list[int], stop: set[int], max_tokens: int, req: dict,
                 gone: Callable[[], bool]) -> tuple[list[int], list[float], str]:
+        temperature = float(req.get("temperature", 0.0) or 0.0)
+        if req.get("seed") is not None:
+            self.llama.set_seed(int(req["seed"]))
+        sampling = {"temp": temperature, "top_p": float(req.get("top_p", 1.0)), "top_k": 0 if temperature > 0 else 1,
+                    "min_p": 0.0, "repeat_penalty": float(req.get("repetition_penalty", 1.0)), "reset": True}
+        return self._token_loop(prompt, max_tokens, stop, sampling, gone, stop_on_eog=not req.get("ignore_eos"))
+
+    def _token_loop(self, prompt: list[int], max_tokens: int, stop: set[int], sampling: dict,
+                    gone: Callable[[], bool] = lambda: False,
+                    stop_on_eog: bool = True) -> tuple[list[int], list[float], str]:
+        """Sample after `prompt` (llama.generate with `sampling`), keeping each token's log probability under
+        the model (its logits before any sampling setting): (ids, logprobs, "stop" | "length"). It stops on
+        a token of `stop` or an end-of-generation token (kept among the ids), at max_tokens, or when
+        `gone()` (asked every 16 tokens)."""
         import llama_cpp
         import numpy as np
 
         llama = self.llama
-        temperature = float(req.get("temperature", 0.0) or 0.0)
-        if req.get("seed") is not None:
-            llama.set_seed(int(req["seed"]))
         vocab, n_vocab = llama._model.vocab, llama.n_vocab()
         ids: list[int] = []
         logprobs: list[float] = []
-        for token in llama.generate(prompt, temp=temperature, top_p=float(req.get("top_p", 1.0)),
-                                    top_k=0 if temperature > 0 else 1, min_p=0.0,
-                                    repeat_penalty=float(req.get("repetition_penalty", 1.0)), reset=True):
+        for token in llama.generate(prompt, **sampling):
             logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(llama._ctx.ctx, -1), shape=(n_vocab,))
             ids.append(int(token))
             logprobs.append(float(logits[token] - np.logaddexp.reduce(logits.astype(np.float64))))
-            if token in stop or (not req.get("ignore_eos") and llama_cpp.llama_vocab_is_eog(vocab, token)):
+            if token in stop or (stop_on_eog and llama_cpp.llama_vocab_is_eog(vocab, token)):
                 return ids, logprobs, "stop"
             if len(ids) >= max_tokens or (len(ids) % 16 == 0 and gone()):
                 break
@@ -289,7 +298,6 @@ class LocalModel:
         """A reply sampled token by token from the chat template's prompt, with the ids of both and each
         sampled token's log probability under the model (its logits before any sampling setting)."""
         import llama_cpp
-        import numpy as np
 
         llama = self.llama
         if self._formatter is None:
@@ -305,19 +313,12 @@ class LocalModel:
             raise ValueError(f"Requested tokens ({len(prompt)}) exceed context window of {self.n_ctx}")
         if params.get("seed") is not None:
             llama.set_seed(params["seed"])
-        vocab, n_vocab = llama._model.vocab, llama.n_vocab()
-        ids, logprobs, finish = [], [], "length"
-        for token in llama.generate(prompt, temp=params["temperature"], top_p=params["top_p"],
-                                    repeat_penalty=params["repeat_penalty"], grammar=grammar):
-            logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(llama._ctx.ctx, -1), shape=(n_vocab,))
-            ids.append(int(token))
-            logprobs.append({"token": llama.detokenize([token], special=True).decode("utf-8", "replace"),
-                             "logprob": float(logits[token] - np.logaddexp.reduce(logits)), "top_logprobs": []})
-            if llama_cpp.llama_vocab_is_eog(vocab, token):
-                finish = "stop"
-                break
-            if len(ids) >= params["max_tokens"]:
-                break
+        ids, values, finish = self._token_loop(prompt, params["max_tokens"], set(), {
+            "temp": params["temperature"], "top_p": params["top_p"], "repeat_penalty": params["repeat_penalty"],
+            "grammar": grammar})
+        logprobs = [{"token": llama.detokenize([t], special=True).decode("utf-8", "replace"), "logprob": lp,
+                     "top_logprobs": []} for t, lp in zip(ids, values)]
+        vocab = llama._model.vocab
         text_ids = [t for t in ids if not llama_cpp.llama_vocab_is_eog(vocab, t)]
         text = llama.detokenize(text_ids).decode("utf-8", "replace")
         out = {"choices": [{"message": {"content": text}, "finish_reason": finish}],
